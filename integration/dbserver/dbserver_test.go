@@ -1,0 +1,88 @@
+package dbserver
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestWriteCertsChainVerifies(t *testing.T) {
+	c, err := WriteCerts(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := readCert(t, c.ServerCertFile)
+	for _, host := range []string{"127.0.0.1", "localhost", "::1"} {
+		if _, err := server.Verify(x509.VerifyOptions{Roots: c.CAPool, DNSName: host}); err != nil {
+			t.Errorf("server cert for %s: %v", host, err)
+		}
+	}
+	if _, err := server.Verify(x509.VerifyOptions{Roots: c.CAPool, DNSName: "example.com"}); err == nil {
+		t.Error("server cert verifies for example.com")
+	}
+	client := readCert(t, c.ClientCertFile)
+	if _, err := client.Verify(x509.VerifyOptions{Roots: c.CAPool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("client cert: %v", err)
+	}
+	if _, err := tls.LoadX509KeyPair(c.ClientCertFile, c.ClientKeyFile); err != nil {
+		t.Error(err)
+	}
+	if _, err := c.ServerTLS(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestWriteCertsCustomHosts(t *testing.T) {
+	c, err := WriteCerts(t.TempDir(), "proxy.test", "10.1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := readCert(t, c.ServerCertFile)
+	if len(server.DNSNames) != 1 || server.DNSNames[0] != "proxy.test" || len(server.IPAddresses) != 1 {
+		t.Errorf("SANs: %v %v", server.DNSNames, server.IPAddresses)
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("%s: no PEM", path)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+func TestFindNamesWhatToInstall(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	saved := searchDirs
+	searchDirs = []string{t.TempDir()}
+	defer func() { searchDirs = saved }()
+	_, err := Find()
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "apt-get install mariadb-server") {
+		t.Fatalf("Find() error = %v", err)
+	}
+}
+
+func TestTail(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	os.WriteFile(p, []byte("a\nb\nc\nd\n\n"), 0o600)
+	if got := tail(p, 2); got != "c\nd" {
+		t.Errorf("tail 2 = %q", got)
+	}
+	if got := tail(p, 10); got != "a\nb\nc\nd" {
+		t.Errorf("tail 10 = %q", got)
+	}
+}
