@@ -116,16 +116,9 @@ func NewDatabase(t testing.TB, s *dbserver.Server) string {
 	if _, err := root.Exec("CREATE DATABASE " + name); err != nil {
 		t.Fatalf("CREATE DATABASE %s: %v", name, err)
 	}
+	// Registered after Open's cleanup, so it runs before root is closed.
 	t.Cleanup(func() {
-		// A fresh pool: the test's root handle is closed by now (cleanups
-		// run last-registered first).
-		db, err := sql.Open("mysql", s.RootDSN(""))
-		if err != nil {
-			t.Errorf("dropping %s: %v", name, err)
-			return
-		}
-		defer db.Close()
-		if _, err := db.Exec("DROP DATABASE IF EXISTS " + name); err != nil {
+		if _, err := root.Exec("DROP DATABASE IF EXISTS " + name); err != nil {
 			t.Errorf("DROP DATABASE %s: %v", name, err)
 		}
 	})

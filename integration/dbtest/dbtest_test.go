@@ -175,3 +175,17 @@ func TestStartAndCloseLeaveNothingBehind(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+func TestNewDatabaseIsDroppedAfterTheTest(t *testing.T) {
+	s := dbtest.Shared(t)
+	var name string
+	t.Run("inner", func(t *testing.T) { name = dbtest.NewDatabase(t, s) })
+	root := dbtest.Open(t, s.RootDSN(""))
+	var n int
+	if err := root.QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("database %s still exists", name)
+	}
+}

@@ -1,0 +1,168 @@
+// Package policy is fenceproxy's configuration: the YAML file's types, their
+// defaults, strict validation with file:line:column errors, and the immutable
+// fencing Policy that the rewriter consults.
+//
+// The keys listed in DESIGN.md are a contract; everything else here may grow
+// compatibly.
+package policy
+
+import (
+	"strings"
+	"time"
+)
+
+// Config is one parsed and validated configuration file.
+type Config struct {
+	Listen         string    `yaml:"listen"`          // MySQL protocol for apps, default 127.0.0.1:6033
+	Admin          string    `yaml:"admin"`           // HTTP /metrics /healthz /readyz /audit, default 127.0.0.1:9033; "" = off
+	MaxConnections int       `yaml:"max_connections"` // 0 = no limit; past it a client gets ERR 1040
+	LogLevel       string    `yaml:"log_level"`       // debug | info | warn | error (default info)
+	LogFormat      string    `yaml:"log_format"`      // text | json (default text)
+	ClientTLS      ClientTLS `yaml:"client_tls"`
+	Timeouts       Timeouts  `yaml:"timeouts"`
+	Limits         Limits    `yaml:"limits"`
+	Backend        Backend   `yaml:"backend"`
+	Fencing        Fencing   `yaml:"fencing"`
+	Tables         []Table   `yaml:"tables"`
+	Audit          Audit     `yaml:"audit"`
+
+	// Path is the file the config was read from (for messages and reload).
+	Path string `yaml:"-"`
+
+	policy *Policy // built by Parse; see Config.Policy
+}
+
+// ClientTLS is TLS offered to apps connecting to the proxy.
+type ClientTLS struct {
+	CertFile   string `yaml:"cert_file"` // PEM; with key_file, the proxy offers TLS to clients
+	KeyFile    string `yaml:"key_file"`
+	Required   bool   `yaml:"required"`    // refuse clients that do not switch to TLS
+	MinVersion string `yaml:"min_version"` // "1.2" (default) or "1.3"
+}
+
+// Enabled reports whether the proxy offers TLS to clients.
+func (c ClientTLS) Enabled() bool { return c.CertFile != "" }
+
+// Timeouts bound every wait the proxy makes on behalf of a client.
+type Timeouts struct {
+	// All default as below when absent; an explicit "0s" means no limit
+	// (for shutdown: force-close at once).
+	Connect   Duration `yaml:"connect"`   // backend dial + its initial handshake, default 5s
+	Handshake Duration `yaml:"handshake"` // client handshake and authentication, default 10s
+	Idle      Duration `yaml:"idle"`      // client silence between commands before the proxy closes it (default 8h, as MySQL's wait_timeout)
+	Shutdown  Duration `yaml:"shutdown"`  // graceful drain on SIGTERM before connections are force-closed, default 30s
+}
+
+// Limits bound memory per connection.
+type Limits struct {
+	// MaxQueryBytes is the largest COM_QUERY / COM_STMT_PREPARE text the
+	// proxy buffers to inspect (default 64 MiB). Larger statements are
+	// refused with an error: they cannot be checked for protected tables.
+	MaxQueryBytes int `yaml:"max_query_bytes"`
+	// RewriteCache is the number of rewritten statements remembered
+	// (default 4096; 0 = no cache).
+	RewriteCache int `yaml:"rewrite_cache"`
+}
+
+// Backend is the MySQL/MariaDB server behind the proxy.
+type Backend struct {
+	Address    string `yaml:"address"`   // host:port, default 127.0.0.1:3306
+	TLS        string `yaml:"tls"`       // disabled | preferred | required | verify-ca | verify-full (default disabled)
+	CAFile     string `yaml:"ca_file"`   // PEM CA bundle for verify-ca / verify-full
+	CertFile   string `yaml:"cert_file"` // optional client certificate
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"` // for verify-full, default: host of address
+
+	// User is the proxy's own account (optional): lease changes made by the
+	// SQL lease functions and the audit table use it, so app users need only
+	// SELECT on the lease table. Its password comes from PasswordEnv or
+	// PasswordFile, never from the config file itself.
+	User         string `yaml:"user"`
+	PasswordEnv  string `yaml:"password_env"`
+	PasswordFile string `yaml:"password_file"`
+}
+
+// Backend TLS modes.
+const (
+	TLSDisabled   = "disabled"
+	TLSPreferred  = "preferred"
+	TLSRequired   = "required"
+	TLSVerifyCA   = "verify-ca"
+	TLSVerifyFull = "verify-full"
+)
+
+// Fencing is how writes to protected tables are fenced.
+type Fencing struct {
+	LeaseTable string    `yaml:"lease_table"` // default fenced_job_leases; unqualified = same schema as the protected table
+	Variables  Variables `yaml:"variables"`
+	OnStale    string    `yaml:"on_stale"` // zero_rows | error (default zero_rows)
+	Mode       string    `yaml:"mode"`     // enforce | shadow (default enforce)
+}
+
+// Variables names the session user variables (without '@') holding the fence context.
+type Variables struct {
+	Lease string `yaml:"lease"` // default fence_lease
+	Owner string `yaml:"owner"` // default fence_owner
+	Token string `yaml:"token"` // default fence_token
+}
+
+// on_stale and mode values.
+const (
+	OnStaleZeroRows = "zero_rows"
+	OnStaleError    = "error"
+	ModeEnforce     = "enforce"
+	ModeShadow      = "shadow"
+)
+
+// Table is one protected table.
+type Table struct {
+	Name  string `yaml:"name"`  // schema.table
+	Lease string `yaml:"lease"` // fixed lease name; "" = the session's @fence_lease
+
+	Schema string `yaml:"-"` // from Name
+	Table  string `yaml:"-"` // from Name
+	Line   int    `yaml:"-"` // line of this entry in the file (0 if not from a file)
+}
+
+// Audit is where rejected stale writes and refusals are recorded.
+type Audit struct {
+	File string `yaml:"file"` // JSON lines; "" = no file (metrics and /audit only)
+}
+
+// Duration is a time.Duration written in YAML as a Go duration string
+// ("5s", "8h"); see duration.go.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Policy is the immutable fencing view of a Config that the rewriter uses.
+// A new Policy (with a higher Version) is built on every reload.
+type Policy struct {
+	Version    uint64
+	LeaseTable string // as configured: "name" or "schema.name"
+	Vars       Variables
+	OnStale    string
+	Mode       string
+	Tables     []Table // validated: unique, schema and table set
+
+	byName map[string]*Table // key: lower(schema) + "." + lower(table)
+}
+
+// Lookup returns the protected table schema.table, matched ASCII
+// case-insensitively (fail closed: lower_case_table_names may fold case).
+func (p *Policy) Lookup(schema, table string) (*Table, bool) {
+	if p == nil {
+		return nil, false
+	}
+	t, ok := p.byName[strings.ToLower(schema)+"."+strings.ToLower(table)]
+	return t, ok
+}
+
+// LeaseTableFor returns the lease table to read for a protected table in schema.
+func (p *Policy) LeaseTableFor(schema string) (string, string) {
+	if i := strings.IndexByte(p.LeaseTable, '.'); i >= 0 {
+		return p.LeaseTable[:i], p.LeaseTable[i+1:]
+	}
+	return schema, p.LeaseTable
+}

@@ -1,0 +1,99 @@
+package policy
+
+import (
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Reloader holds the current config of a file and replaces it on Reload
+// (on SIGHUP, say). Readers call Current or Policy on every use and never
+// see a half-applied config: a reload swaps one pointer.
+type Reloader struct {
+	path string
+
+	mu      sync.Mutex // serialises Reload
+	cur     atomic.Pointer[snapshot]
+	lastErr atomic.Pointer[error]
+}
+
+type snapshot struct {
+	config *Config
+	policy *Policy
+}
+
+// NewReloader loads path; its policy has version 1.
+func NewReloader(path string) (*Reloader, error) {
+	c, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reloader{path: path}
+	r.cur.Store(&snapshot{config: c, policy: c.Policy(1)})
+	return r, nil
+}
+
+// Current returns the config in effect.
+func (r *Reloader) Current() *Config { return r.cur.Load().config }
+
+// Policy returns the fencing policy in effect; its Version goes up by one
+// on every successful Reload.
+func (r *Reloader) Policy() *Policy { return r.cur.Load().policy }
+
+// LastError is the error of the latest Reload, nil if it succeeded (or
+// there was none yet): for /readyz or a metric.
+func (r *Reloader) LastError() error {
+	if p := r.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Reload reads the file again. If it does not load, the current config
+// stays in effect and the error says why. Otherwise the new config replaces
+// it, with the policy version one higher, and changedNeedsRestart lists the
+// changed keys that a running proxy cannot apply (see RestartKeys).
+func (r *Reloader) Reload() (changedNeedsRestart []string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := Load(r.path)
+	r.lastErr.Store(&err)
+	if err != nil {
+		return nil, err
+	}
+	old := r.cur.Load()
+	r.cur.Store(&snapshot{config: c, policy: c.Policy(old.policy.Version + 1)})
+	return RestartKeys(old.config, c), nil
+}
+
+// RestartKeys lists the keys that differ between two configs and take
+// effect only when the proxy restarts: the listening addresses, everything
+// about the backend (open connections keep theirs) and the client TLS
+// settings. Everything else (fencing, tables, audit, limits, timeouts,
+// logging) applies to the next statement or connection.
+func RestartKeys(old, new *Config) []string {
+	var changed []string
+	if old.Listen != new.Listen {
+		changed = append(changed, "listen")
+	}
+	if old.Admin != new.Admin {
+		changed = append(changed, "admin")
+	}
+	changed = append(changed, changedFields("backend", old.Backend, new.Backend)...)
+	changed = append(changed, changedFields("client_tls", old.ClientTLS, new.ClientTLS)...)
+	return changed
+}
+
+// changedFields names the yaml keys of struct fields that differ.
+func changedFields(section string, old, new any) []string {
+	a, b := reflect.ValueOf(old), reflect.ValueOf(new)
+	var changed []string
+	for name, i := range yamlFields(a.Type()) {
+		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			changed = append(changed, section+"."+name)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}

@@ -1,0 +1,177 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of the timeouts.
+const (
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultIdleTimeout      = 8 * time.Hour // MySQL's wait_timeout
+	DefaultShutdownTimeout  = 30 * time.Second
+)
+
+// fillDefaults sets every key the file does not set (absent or null) to its
+// default. A key set explicitly keeps its value, even "" or 0, so that
+// validation can judge it: `admin: ""` turns the admin server off, a
+// zero timeout means none.
+func (c *Config) fillDefaults(d *decoder) {
+	str := func(path string, field *string, def string) {
+		if !d.has(path) {
+			*field = def
+		}
+	}
+	dur := func(path string, field *Duration, def time.Duration) {
+		if !d.has(path) {
+			*field = Duration(def)
+		}
+	}
+	str("listen", &c.Listen, DefaultListen)
+	str("admin", &c.Admin, DefaultAdmin)
+	str("log_level", &c.LogLevel, DefaultLogLevel)
+	str("log_format", &c.LogFormat, DefaultLogFormat)
+	str("client_tls.min_version", &c.ClientTLS.MinVersion, DefaultMinTLSVersion)
+	dur("timeouts.connect", &c.Timeouts.Connect, DefaultConnectTimeout)
+	dur("timeouts.handshake", &c.Timeouts.Handshake, DefaultHandshakeTimeout)
+	dur("timeouts.idle", &c.Timeouts.Idle, DefaultIdleTimeout)
+	dur("timeouts.shutdown", &c.Timeouts.Shutdown, DefaultShutdownTimeout)
+	if !d.has("limits.max_query_bytes") {
+		c.Limits.MaxQueryBytes = DefaultMaxQueryBytes
+	}
+	if !d.has("limits.rewrite_cache") {
+		c.Limits.RewriteCache = DefaultRewriteCache
+	}
+	str("backend.address", &c.Backend.Address, DefaultBackend)
+	str("backend.tls", &c.Backend.TLS, TLSDisabled)
+	str("fencing.lease_table", &c.Fencing.LeaseTable, DefaultLeaseTable)
+	str("fencing.variables.lease", &c.Fencing.Variables.Lease, DefaultLeaseVar)
+	str("fencing.variables.owner", &c.Fencing.Variables.Owner, DefaultOwnerVar)
+	str("fencing.variables.token", &c.Fencing.Variables.Token, DefaultTokenVar)
+	str("fencing.on_stale", &c.Fencing.OnStale, OnStaleZeroRows)
+	str("fencing.mode", &c.Fencing.Mode, ModeEnforce)
+}
+
+// validate records every rule the config breaks, at the key concerned.
+func (c *Config) validate(d *decoder) {
+	check := func(path, reason string) {
+		if reason != "" {
+			d.fail(path, reason)
+		}
+	}
+	check("listen", checkAddress(c.Listen, true))
+	if c.Admin != "" { // "" = no admin server
+		check("admin", checkAddress(c.Admin, true))
+	}
+	if c.MaxConnections < 0 {
+		d.fail("max_connections", "must be 0 (no limit) or more")
+	}
+	check("log_level", oneOf(c.LogLevel, logLevels))
+	check("log_format", oneOf(c.LogFormat, logFormats))
+
+	// client_tls
+	pair(d, "client_tls", c.ClientTLS.CertFile, c.ClientTLS.KeyFile)
+	if c.ClientTLS.CertFile == "" {
+		for _, k := range []string{"required", "min_version"} {
+			if d.has("client_tls." + k) {
+				d.fail("client_tls."+k, "needs client_tls.cert_file and key_file")
+			}
+		}
+	}
+	check("client_tls.min_version", oneOf(c.ClientTLS.MinVersion, tlsVersions))
+
+	// timeouts and limits
+	for _, t := range []struct {
+		key string
+		d   Duration
+	}{
+		{"connect", c.Timeouts.Connect}, {"handshake", c.Timeouts.Handshake},
+		{"idle", c.Timeouts.Idle}, {"shutdown", c.Timeouts.Shutdown},
+	} {
+		if t.d < 0 {
+			d.fail("timeouts."+t.key, "must not be negative (0s = no limit)")
+		}
+	}
+	if n := c.Limits.MaxQueryBytes; n < 1 || n > maxQueryBytesL {
+		d.fail("limits.max_query_bytes", fmt.Sprintf("must be from 1 to %d (1 GiB, the largest max_allowed_packet)", maxQueryBytesL))
+	}
+	if c.Limits.RewriteCache < 0 {
+		d.fail("limits.rewrite_cache", "must be 0 (no cache) or more")
+	}
+
+	c.Backend.validate(d)
+
+	for _, p := range c.Fencing.check() {
+		d.fail(p.field, p.reason)
+	}
+	c.validateTables(d)
+}
+
+// pair checks that section's cert_file and key_file are given together.
+func pair(d *decoder, section, cert, key string) {
+	switch {
+	case cert != "" && key == "":
+		d.fail(section+".cert_file", "needs "+section+".key_file too")
+	case key != "" && cert == "":
+		d.fail(section+".key_file", "needs "+section+".cert_file too")
+	}
+}
+
+func (b *Backend) validate(d *decoder) {
+	if r := checkAddress(b.Address, false); r != "" {
+		d.fail("backend.address", r)
+	}
+	if r := oneOf(b.TLS, tlsModes); r != "" {
+		d.fail("backend.tls", r)
+	}
+	if b.TLS == TLSVerifyCA && b.CAFile == "" {
+		d.fail("backend.tls", "verify-ca needs backend.ca_file")
+	}
+	pair(d, "backend", b.CertFile, b.KeyFile)
+
+	// The proxy's own account: its password never sits in the config.
+	switch {
+	case b.User == "":
+		for _, k := range []string{"password_env", "password_file"} {
+			if d.has("backend." + k) {
+				d.fail("backend."+k, "needs backend.user")
+			}
+		}
+	case b.PasswordEnv == "" && b.PasswordFile == "":
+		d.fail("backend.user", "needs backend.password_env or backend.password_file")
+	case b.PasswordEnv != "" && b.PasswordFile != "":
+		d.fail("backend.password_file", "give backend.password_env or backend.password_file, not both")
+	}
+}
+
+// validateTables checks each protected table and fills in Schema, Table
+// and Line.
+func (c *Config) validateTables(d *decoder) {
+	first := map[string]int{} // key -> line
+	for i := range c.Tables {
+		t := &c.Tables[i]
+		path := fmt.Sprintf("tables[%d]", i)
+		t.Line = d.line(path)
+		if d.has(path + ".lease") {
+			if r := checkLease(t.Lease); r != "" {
+				d.fail(path+".lease", r)
+			}
+		}
+		if !d.has(path + ".name") {
+			d.fail(path, "name is required (schema.table)")
+			continue
+		}
+		if r := t.check(c.Fencing.LeaseTable); r != "" {
+			d.fail(path+".name", r)
+			continue
+		}
+		key := t.key()
+		line := d.line(path + ".name")
+		if prev, dup := first[key]; dup {
+			d.fail(path+".name", fmt.Sprintf("%q is listed twice: on lines %d and %d (names match ignoring case)", t.Name, prev, line))
+			continue
+		}
+		first[key] = line
+	}
+}
