@@ -1,0 +1,113 @@
+package lease_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+)
+
+func TestCreateSchemaIsIdempotent(t *testing.T) {
+	e := newEnv(t) // created once already
+	l := mustAcquire(t, e.store, "survives", long)
+	for i := 0; i < 2; i++ {
+		if err := lease.CreateSchema(ctxT(t), e.app, ""); err != nil {
+			t.Fatalf("CreateSchema again: %v", err)
+		}
+	}
+	if st := mustGet(t, e.store, "survives"); st.Token != l.Token || !st.Held {
+		t.Fatalf("row after CreateSchema: %+v", st)
+	}
+	// The audit table has the contract's fields.
+	var cols string
+	if err := e.root.QueryRowContext(ctxT(t), `SELECT GROUP_CONCAT(COLUMN_NAME ORDER BY ORDINAL_POSITION)
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, lease.AuditTable).Scan(&cols); err != nil {
+		t.Fatal(err)
+	}
+	if want := "id,time,reason,mode,lease,table_name,presented_owner,presented_token,current_token,client,user,schema_name,digest"; cols != want {
+		t.Fatalf("audit columns %s, want %s", cols, want)
+	}
+	// Both tables are utf8mb4_bin.
+	var n int
+	if err := e.root.QueryRowContext(ctxT(t), `SELECT COUNT(*) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?) AND TABLE_COLLATION = 'utf8mb4_bin'`,
+		lease.DefaultTable, lease.AuditTable).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("utf8mb4_bin tables: %d, %v", n, err)
+	}
+}
+
+func TestCreateSchemaQualifiedAndNamed(t *testing.T) {
+	e := newEnv(t)
+	table := e.db + ".other_leases"
+	if err := lease.CreateSchema(ctxT(t), e.app, table); err != nil {
+		t.Fatal(err)
+	}
+	s, err := lease.NewStore(e.app, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := mustAcquire(t, s, "x", long); l.Token != 1 {
+		t.Fatal(l)
+	}
+	if _, err := e.store.Get(ctxT(t), "x"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("the default table saw the other table's lease: %v", err)
+	}
+}
+
+func TestCheckSchemaRefusesUnsafeTables(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name, ddl string
+		want      []string
+	}{
+		{"latin1 case-insensitive", `CREATE TABLE t (
+			lease_name VARCHAR(191) NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL,
+			fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL
+		) ENGINE=InnoDB DEFAULT CHARSET=latin1`, []string{"utf8mb4/utf8mb4_bin"}},
+		{"general_ci", `CREATE TABLE t (
+			lease_name VARCHAR(191) NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL,
+			fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci`, []string{"utf8mb4_general_ci"}},
+		{"character owner, datetime", `CREATE TABLE t (
+			lease_name VARCHAR(191) NOT NULL PRIMARY KEY, owner_token VARCHAR(64) NOT NULL,
+			fence_token BIGINT NOT NULL, leased_until DATETIME(3) NOT NULL
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, []string{"owner_token is varchar(64)", "fence_token is bigint", "leased_until is datetime(3)"}},
+		{"auto-updating timestamp", `CREATE TABLE t (
+			lease_name VARCHAR(191) NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL,
+			fence_token BIGINT UNSIGNED NOT NULL,
+			leased_until TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, []string{"on update"}},
+		{"no primary key, MyISAM", `CREATE TABLE t (
+			lease_name VARCHAR(191) NOT NULL, owner_token VARBINARY(64) NOT NULL,
+			fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL
+		) ENGINE=MyISAM DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, []string{"primary key", "InnoDB"}},
+		{"missing column", `CREATE TABLE t (lease_name VARCHAR(191) NOT NULL PRIMARY KEY) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+			[]string{"owner_token is missing"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := e.root.ExecContext(ctxT(t), "DROP TABLE IF EXISTS t"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.root.ExecContext(ctxT(t), tc.ddl); err != nil {
+				t.Fatal(err)
+			}
+			err := lease.CreateSchema(ctxT(t), e.app, "t")
+			if !errors.Is(err, lease.ErrSchema) {
+				t.Fatalf("CreateSchema over %s: %v, want ErrSchema", tc.name, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	if err := lease.CheckSchema(ctxT(t), e.app, "nope"); !errors.Is(err, lease.ErrSchema) {
+		t.Fatalf("missing table: %v", err)
+	}
+	if err := lease.CheckSchema(ctxT(t), e.app, ""); err != nil {
+		t.Fatalf("the created table: %v", err)
+	}
+}
