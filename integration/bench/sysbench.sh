@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Interleaved sysbench comparison: haproxy (L4 relay, the baseline), fenceproxy
+# and the server directly, measured in the same run with the shared scripts in
+# ../shared/bench (run, not copied). Ratios are to haproxy, taken per round.
+#
+#   integration/bench/sysbench.sh [sysbench-compare.sh options...]
+#   e.g. integration/bench/sysbench.sh --time 10 --rounds 5
+#
+# Env: BACKEND (127.0.0.1:3306, a MariaDB/MySQL where root can log in over the
+# socket without a password to create the benchmark user app/apppw),
+# SHARED (../shared relative to the repo), BENCH_WORK (/tmp/fenceproxy-bench),
+# FP_LISTEN (127.0.0.1:6033), FP_CONFIG_EXTRA (YAML appended to the proxy's
+# config, e.g. protected tables).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SHARED=${SHARED:-$ROOT/../shared}
+export BENCH_WORK=${BENCH_WORK:-/tmp/fenceproxy-bench}
+BACKEND=${BACKEND:-127.0.0.1:3306}
+FP_LISTEN=${FP_LISTEN:-127.0.0.1:6033}
+mkdir -p "$BENCH_WORK"
+
+bash "$SHARED/bench/setup.sh" >/dev/null
+mariadb -uroot -e "CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'apppw'; GRANT ALL ON *.* TO 'app'@'%';
+  CREATE USER IF NOT EXISTS 'app'@'localhost' IDENTIFIED BY 'apppw'; GRANT ALL ON *.* TO 'app'@'localhost';"
+
+(cd "$ROOT" && go build -o "$BENCH_WORK/fenceproxy" ./cmd/fenceproxy)
+cat >"$BENCH_WORK/fenceproxy.yaml" <<YAML
+listen: $FP_LISTEN
+admin: ""
+log_level: warn
+backend:
+  address: $BACKEND
+${FP_CONFIG_EXTRA:-}
+YAML
+"$BENCH_WORK/fenceproxy" check-config "$BENCH_WORK/fenceproxy.yaml" >/dev/null
+"$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/fenceproxy.yaml" 2>"$BENCH_WORK/fenceproxy.log" &
+FP_PID=$!
+cleanup() {
+  kill "$FP_PID" 2>/dev/null || true
+  wait "$FP_PID" 2>/dev/null || true
+  RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" stop >/dev/null || true
+}
+trap cleanup EXIT
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/${FP_LISTEN%:*}/${FP_LISTEN##*:}") 2>/dev/null && break; sleep 0.05; done
+RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" start
+
+echo "== fenceproxy $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, $(go version | cut -d' ' -f3)"
+bash "$SHARED/bench/sysbench-compare.sh" "$@" haproxy=127.0.0.1:13306 fenceproxy="$FP_LISTEN" direct="$BACKEND"

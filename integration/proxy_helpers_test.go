@@ -1,0 +1,172 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fenceproxy/fenceproxy/integration/dbserver"
+	"github.com/fenceproxy/fenceproxy/integration/dbtest"
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// testProxy is a fenceproxy running in the test process.
+type testProxy struct {
+	Addr    string
+	Proxy   *proxy.Proxy
+	Audit   *audit.Log
+	Metrics *proxy.Metrics
+	Reg     *prometheus.Registry
+	Config  *policy.Config
+	Policy  *policy.Policy
+}
+
+// startProxy runs a proxy in front of backendAddr with the given extra YAML
+// (top-level keys besides listen/admin/backend.address; use backendYAML to
+// add backend keys). It stops at the end of the test.
+func startProxy(t testing.TB, backendAddr, extraYAML string, backendYAML ...string) *testProxy {
+	t.Helper()
+	yml := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + backendAddr + "\n"
+	for _, b := range backendYAML {
+		yml += "  " + b + "\n"
+	}
+	yml += extraYAML
+	cfg, err := policy.Parse("test.yaml", []byte(yml))
+	if err != nil {
+		t.Fatalf("test config: %v\n%s", err, yml)
+	}
+	return startProxyConfig(t, cfg)
+}
+
+func startProxyConfig(t testing.TB, cfg *policy.Config) *testProxy {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := proxy.NewMetrics(reg)
+	al, err := audit.Open(cfg.Audit.File, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := cfg.Policy(1)
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := proxy.New(cfg, pol, proxy.Options{Logger: logger, Metrics: m, Audit: al})
+	if err != nil {
+		t.Fatalf("proxy.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p.Shutdown(ctx)
+		<-done
+		al.Close()
+	})
+	return &testProxy{Addr: ln.Addr().String(), Proxy: p, Audit: al, Metrics: m, Reg: reg, Config: cfg, Policy: pol}
+}
+
+// DSN is a go-sql-driver DSN through the proxy.
+func (tp *testProxy) DSN(user, password, db string) string {
+	return fmt.Sprintf("%s:%s@tcp(%s)/%s?parseTime=true", user, password, tp.Addr, db)
+}
+
+// testWriter sends the proxy's logs to the test log, so they show only for
+// failing tests.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	defer func() { recover() }() // a log line after the test ended
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+var _ io.Writer = testWriter{}
+
+// appDB opens db through the proxy as the app user.
+func appDB(t testing.TB, tp *testProxy, db string, params ...string) *sql.DB {
+	t.Helper()
+	dsn := tp.DSN(dbserver.AppUser, dbserver.AppPassword, db)
+	for _, p := range params {
+		dsn += "&" + p
+	}
+	return dbtest.Open(t, dsn)
+}
+
+// directDB opens db on the server directly as the app user.
+func directDB(t testing.TB, s *dbserver.Server, db string, params ...string) *sql.DB {
+	t.Helper()
+	dsn := s.DSN(dbserver.AppUser, dbserver.AppPassword, db)
+	for _, p := range params {
+		dsn += "&" + p
+	}
+	return dbtest.Open(t, dsn)
+}
+
+// eventually polls cond until it is true or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// execer is *sql.DB, *sql.Tx or *sql.Conn.
+type execer interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}
+
+func mustExec(t testing.TB, db execer, q string, args ...any) sql.Result {
+	t.Helper()
+	r, err := db.ExecContext(context.Background(), q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return r
+}
+
+var _ = os.Getenv
+
+// testutilCounter sums every series of the named counter or gauge in reg.
+func testutilCounter(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				sum += c.GetValue()
+			}
+			if g := m.GetGauge(); g != nil {
+				sum += g.GetValue()
+			}
+		}
+	}
+	return sum
+}

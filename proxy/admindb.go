@@ -1,0 +1,50 @@
+package proxy
+
+import (
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+)
+
+var adminTLSSeq atomic.Uint64
+
+// OpenAdminDB opens a small pool on the proxy's own backend account
+// (backend.user), with the same TLS settings as client connections. It
+// returns nil, nil when no account is configured.
+func OpenAdminDB(b policy.Backend) (*sql.DB, error) {
+	if b.User == "" {
+		return nil, nil
+	}
+	pw, err := b.Password()
+	if err != nil {
+		return nil, err
+	}
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = b.User, pw, "tcp", b.Address
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 5*time.Second, 30*time.Second, 30*time.Second
+	tlsCfg, err := backendTLSConfig(b)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		name := fmt.Sprintf("fenceproxy-admin-%d", adminTLSSeq.Add(1))
+		if err := mysql.RegisterTLSConfig(name, tlsCfg); err != nil {
+			return nil, err
+		}
+		cfg.TLSConfig = name
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(2)
+	db.SetConnMaxIdleTime(time.Minute)
+	return db, nil
+}

@@ -1,0 +1,388 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha1"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+)
+
+// handshake connects to the backend and relays authentication: the client
+// gets the backend's own challenge, so its answer is valid for the backend
+// and the proxy never needs a password. Each hop negotiates TLS on its own.
+func (c *clientConn) handshake(rt *runtime) error {
+	cfg := rt.cfg
+	deadline := time.Now().Add(cfg.Timeouts.Handshake.D())
+	c.client.conn.SetDeadline(deadline)
+
+	hs, err := c.connectBackend(cfg, deadline)
+	if err != nil {
+		return err
+	}
+	c.backend.conn.SetDeadline(deadline)
+	c.connID = hs.connID
+	c.scramble = hs.scramble
+	c.srv = parseServerVersion(hs.version)
+	c.noteStatus(hs.status)
+
+	useBackendTLS := c.p.backendTLS != nil && hs.caps&mysql.CLIENT_SSL != 0
+	if c.p.backendTLS != nil && !useBackendTLS && c.p.backendMode != policy.TLSPreferred {
+		c.sendInitialError(crSSLConnection, "HY000", "fenceproxy: backend.tls is "+c.p.backendMode+" but the backend does not offer TLS")
+		return errors.New("backend does not offer TLS")
+	}
+
+	offerTLS := c.p.clientTLS != nil
+	if _, err := c.client.writePacket(0, hs.forClient(offerTLS)); err != nil {
+		return err
+	}
+	if err := c.client.flush(); err != nil {
+		return err
+	}
+	resp, cseq, err := c.client.readPacket(nil, 1<<20)
+	if err != nil {
+		return err
+	}
+	ch, err := parseClientHandshake(resp)
+	if err != nil {
+		c.writeAuthError(cseq+1, erHandshake, "08S01", "Bad handshake")
+		return err
+	}
+	if len(resp) == sslRequestLen {
+		if !offerTLS {
+			return c.client.fail(malformed("TLS requested but not offered"))
+		}
+		tc := tls.Server(c.client.conn, c.p.clientTLS)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			return c.client.fail(fmt.Errorf("TLS handshake: %w", err))
+		}
+		if err := c.client.upgradeTLS(tc); err != nil {
+			return err
+		}
+		c.clientTLS = true
+		if resp, cseq, err = c.client.readPacket(nil, 1<<20); err != nil {
+			return err
+		}
+		if ch, err = parseClientHandshake(resp); err != nil || len(resp) == sslRequestLen {
+			c.writeAuthError(cseq+1, erHandshake, "08S01", "Bad handshake")
+			return c.client.fail(malformed("handshake response after TLS"))
+		}
+	} else if cfg.ClientTLS.Required {
+		c.p.metrics.ConnectionsRejected.WithLabelValues("tls_required").Inc()
+		c.writeAuthError(cseq+1, erSecureTransport, "HY000",
+			"Connections using insecure transport are prohibited (fenceproxy client_tls.required)")
+		return errors.New("client without TLS refused")
+	}
+	offered := hs.offeredCaps(offerTLS)
+	c.caps = ch.caps & offered
+	c.deprecateEOF = c.caps&mysql.CLIENT_DEPRECATE_EOF != 0
+	c.user = ch.user
+	c.sess.Schema = ch.db
+	c.sess.UnsafeCharset = unsafeCollation(uint16(ch.charset))
+
+	bseq := byte(1)
+	if useBackendTLS {
+		if _, err := c.backend.writePacket(bseq, ch.forBackend(offered, true, sslRequestLen)); err != nil {
+			return err
+		}
+		if err := c.backend.flush(); err != nil {
+			return err
+		}
+		tc := tls.Client(c.backend.conn, c.p.backendTLS)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			c.p.metrics.BackendDialFailures.Inc()
+			c.writeAuthError(cseq+1, crSSLConnection, "HY000", "fenceproxy: TLS to the backend failed: "+err.Error())
+			return c.backend.fail(fmt.Errorf("TLS handshake: %w", err))
+		}
+		if err := c.backend.upgradeTLS(tc); err != nil {
+			return err
+		}
+		c.backendTLS = true
+		bseq = 2
+	}
+	if _, err := c.backend.writePacket(bseq, ch.forBackend(offered, useBackendTLS, len(ch.raw))); err != nil {
+		return err
+	}
+	if err := c.backend.flush(); err != nil {
+		return err
+	}
+	plugin := hs.plugin
+	if ch.plugin != "" {
+		plugin = ch.plugin
+	}
+	ok, err := c.relayAuth(cseq, bseq, plugin)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		c.p.metrics.AuthFailures.Inc()
+		return errors.New("authentication failed")
+	}
+	c.client.conn.SetDeadline(time.Time{})
+	c.backend.conn.SetDeadline(time.Time{})
+	return nil
+}
+
+// connectBackend dials the backend and reads its initial handshake. A
+// failure reaches the client as an ERR packet in place of a handshake.
+func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*serverHandshake, error) {
+	timeout := cfg.Timeouts.Connect.D()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", c.p.backendAddr)
+	if err != nil {
+		c.p.metrics.BackendDialFailures.Inc()
+		c.sendInitialError(crConnHostError, "HY000", fmt.Sprintf("fenceproxy: cannot connect to the backend %s: %v", c.p.backendAddr, err))
+		return nil, fmt.Errorf("backend dial: %w", err)
+	}
+	c.backend = newPacketConn(backendSide, nc)
+	nc.SetDeadline(time.Now().Add(timeout))
+	p, _, err := c.backend.readPacket(nil, 1<<16)
+	if err != nil {
+		c.p.metrics.BackendDialFailures.Inc()
+		c.sendInitialError(crServerLost, "HY000", fmt.Sprintf("fenceproxy: the backend %s sent no handshake: %v", c.p.backendAddr, err))
+		return nil, fmt.Errorf("backend handshake: %w", err)
+	}
+	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
+		// e.g. the backend's own "Too many connections" or "Host blocked":
+		// the client should see it as it is.
+		c.p.metrics.BackendDialFailures.Inc()
+		c.client.writePacket(0, p)
+		c.client.flush()
+		return nil, fmt.Errorf("backend refused: %s", parseErr(p).msg)
+	}
+	hs, err := parseServerHandshake(p)
+	if err != nil {
+		c.p.metrics.BackendDialFailures.Inc()
+		c.sendInitialError(crServerLost, "HY000", "fenceproxy: the backend's handshake is not MySQL protocol 10")
+		return nil, c.backend.fail(err)
+	}
+	return hs, nil
+}
+
+// sendInitialError answers a client that has not seen a handshake yet.
+func (c *clientConn) sendInitialError(code uint16, state, msg string) {
+	c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	c.client.writePacket(0, errPayload(code, state, msg))
+	c.client.flush()
+}
+
+func (c *clientConn) writeAuthError(seq byte, code uint16, state, msg string) {
+	c.client.writePacket(seq, errPayload(code, state, msg))
+	c.client.flush()
+}
+
+// relayAuth relays the authentication exchange after the client's response
+// went to the backend, until the backend's OK (true) or ERR (false). cseq
+// and bseq are the last sequence numbers used on each hop.
+func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
+	for {
+		p, s, err := c.backend.readPacket(nil, 1<<20)
+		if err != nil {
+			return false, err
+		}
+		bseq = s
+		if len(p) == 0 {
+			return false, c.backend.fail(malformed("empty authentication packet"))
+		}
+		switch p[0] {
+		case mysql.OK_HEADER:
+			if ok, valid := parseOK(p); valid {
+				c.noteStatus(ok.status)
+			}
+			cseq++
+			if _, err := c.client.writePacket(cseq, p); err != nil {
+				return false, err
+			}
+			return true, c.client.flush()
+		case mysql.ERR_HEADER:
+			cseq++
+			c.client.writePacket(cseq, p) // the backend's own words: wrong password, unknown database...
+			return false, c.client.flush()
+		case mysql.EOF_HEADER: // AuthSwitchRequest: plugin name, then its challenge
+			name, data, _ := bytes.Cut(p[1:], []byte{0})
+			plugin = string(name)
+			c.scramble = bytes.TrimRight(data, "\x00")
+		case mysql.MORE_DATE_HEADER: // AuthMoreData
+		default:
+			return false, c.backend.fail(malformed("authentication packet 0x%02x", p[0]))
+		}
+		cseq++
+		if _, err := c.client.writePacket(cseq, p); err != nil {
+			return false, err
+		}
+		if err := c.client.flush(); err != nil {
+			return false, err
+		}
+		isSHA2 := plugin == mysql.AUTH_CACHING_SHA2_PASSWORD
+		if p[0] == mysql.MORE_DATE_HEADER && isSHA2 && len(p) == 2 && p[1] == mysql.CACHE_SHA2_FAST_AUTH {
+			continue // fast authentication succeeded: the backend's OK follows unasked
+		}
+		resp, s2, err := c.client.readPacket(nil, 1<<20)
+		if err != nil {
+			return false, err
+		}
+		cseq = s2
+		if p[0] == mysql.MORE_DATE_HEADER && isSHA2 && len(p) == 2 && p[1] == mysql.CACHE_SHA2_FULL_AUTH && c.clientTLS != c.backendTLS {
+			if resp, cseq, bseq, err = c.bridgeFullAuth(resp, cseq, bseq); err != nil {
+				return false, err
+			}
+			if resp == nil {
+				return false, nil
+			}
+		}
+		bseq++
+		if _, err := c.backend.writePacket(bseq, resp); err != nil {
+			return false, err
+		}
+		if err := c.backend.flush(); err != nil {
+			return false, err
+		}
+	}
+}
+
+// bridgeFullAuth completes caching_sha2_password's full authentication when
+// only one hop has TLS. The client sends its password in the form its own hop
+// allows (cleartext under TLS, RSA-encrypted otherwise); the backend expects
+// the form for its hop. The proxy converts, holding the password only in
+// memory for that moment. It returns what to send to the backend, or nil
+// when it answered the client with an error itself.
+func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte, byte, error) {
+	const requestPublicKey = 2
+	if c.clientTLS {
+		// Client over TLS sent its password in clear; the plain backend hop
+		// needs it encrypted with the backend's public key.
+		if len(resp) == 1 && resp[0] == requestPublicKey {
+			return resp, cseq, bseq, nil
+		}
+		password := bytes.TrimRight(resp, "\x00")
+		bseq++
+		if _, err := c.backend.writePacket(bseq, []byte{requestPublicKey}); err != nil {
+			return nil, cseq, bseq, err
+		}
+		if err := c.backend.flush(); err != nil {
+			return nil, cseq, bseq, err
+		}
+		p, s, err := c.backend.readPacket(nil, 1<<16)
+		if err != nil {
+			return nil, cseq, bseq, err
+		}
+		bseq = s
+		if len(p) < 2 || p[0] != mysql.MORE_DATE_HEADER {
+			return nil, cseq, bseq, c.backend.fail(malformed("expected the backend's public key"))
+		}
+		pub, err := parsePublicKey(p[1:])
+		if err != nil {
+			return nil, cseq, bseq, c.backend.fail(err)
+		}
+		enc, err := rsa.EncryptOAEP(sha1.New(), rand.Reader, pub, xorScramble(password, c.scramble), nil)
+		if err != nil {
+			return nil, cseq, bseq, c.backend.fail(err)
+		}
+		return enc, cseq, bseq, nil
+	}
+	// Plain client, TLS backend: the client encrypts its password with the
+	// proxy's public key; the backend takes it in clear over TLS.
+	key, err := c.p.authKey()
+	if err != nil {
+		return nil, cseq, bseq, err
+	}
+	if len(resp) == 1 && resp[0] == requestPublicKey {
+		der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+		if err != nil {
+			return nil, cseq, bseq, err
+		}
+		pemKey := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+		cseq++
+		if _, err := c.client.writePacket(cseq, append([]byte{mysql.MORE_DATE_HEADER}, pemKey...)); err != nil {
+			return nil, cseq, bseq, err
+		}
+		if err := c.client.flush(); err != nil {
+			return nil, cseq, bseq, err
+		}
+		if resp, cseq, err = c.client.readPacket(nil, 1<<16); err != nil {
+			return nil, cseq, bseq, err
+		}
+	}
+	plain, err := rsa.DecryptOAEP(sha1.New(), nil, key, resp, nil)
+	if err != nil {
+		c.writeAuthError(cseq+1, erAccessDenied, "28000",
+			"fenceproxy: cannot complete caching_sha2_password authentication: the password was encrypted with a key other than the proxy's (do not pin the server's public key when connecting through fenceproxy, or use TLS to the proxy)")
+		return nil, cseq, bseq, nil
+	}
+	return xorScramble(plain, c.scramble), cseq, bseq, nil
+}
+
+// xorScramble is caching_sha2_password's obfuscation of the NUL-terminated
+// password with the challenge before RSA; applied twice it undoes itself.
+func xorScramble(pw, scramble []byte) []byte {
+	out := make([]byte, len(pw), len(pw)+1)
+	copy(out, pw)
+	if len(out) == 0 || out[len(out)-1] != 0 {
+		out = append(out, 0)
+	}
+	for i := range out {
+		out[i] ^= scramble[i%len(scramble)]
+	}
+	return out
+}
+
+func parsePublicKey(b []byte) (*rsa.PublicKey, error) {
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, errors.New("backend public key: no PEM block")
+	}
+	k, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		if rk, err2 := x509.ParsePKCS1PublicKey(block.Bytes); err2 == nil {
+			return rk, nil
+		}
+		return nil, fmt.Errorf("backend public key: %w", err)
+	}
+	rk, ok := k.(*rsa.PublicKey)
+	if !ok {
+		return nil, errors.New("backend public key is not RSA")
+	}
+	return rk, nil
+}
+
+// authKey is the proxy's RSA key for clients that encrypt their password
+// (caching_sha2_password without TLS), made on first use.
+func (p *Proxy) authKey() (*rsa.PrivateKey, error) {
+	p.rsaOnce.Do(func() { p.rsaKey, p.rsaErr = rsa.GenerateKey(rand.Reader, 2048) })
+	return p.rsaKey, p.rsaErr
+}
+
+// unsafeCollation reports collations of character sets whose multibyte
+// characters may contain the bytes of a quote or backslash (big5, cp932,
+// gbk, sjis, gb18030): text in them cannot be tokenized byte-wise. Unknown
+// ids (MariaDB's extended ones) count as unsafe.
+func unsafeCollation(id uint16) bool {
+	switch id {
+	case 1, 84, // big5
+		13, 88, // sjis
+		28, 87, // gbk
+		95, 96, // cp932
+		248, 249, 250: // gb18030
+		return true
+	}
+	return id > 255
+}

@@ -1,0 +1,235 @@
+package proxy
+
+import (
+	"encoding/binary"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// preparedStmt is what the proxy remembers of a prepared statement: only
+// statements that matter to fencing are kept.
+type preparedStmt struct {
+	fence *rewrite.Fence     // a protected write
+	call  *rewrite.LeaseCall // a lease function the proxy answers itself
+	id     uint32
+	params int
+	types  []uint16 // parameter types last bound by the client
+}
+
+// command handles one client command, from its first packet to the end of
+// its response, and returns the command byte (for metrics).
+func (c *clientConn) command(rt *runtime) (byte, error) {
+	n, seq, err := c.client.peekHeader()
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, c.client.fail(malformed("empty command packet"))
+	}
+	head, err := c.client.r.Peek(headerLen + min(n, 5))
+	if err != nil {
+		return 0, c.client.fail(err)
+	}
+	cmd := head[headerLen]
+	c.cmdSeq = seq
+	c.seqDelta = 0
+	c.respStarted = false
+	c.lastWasErr = false
+	if seq != 0 {
+		return cmd, c.client.fail(malformed("command with sequence number %d", seq))
+	}
+
+	switch cmd {
+	case mysql.COM_QUERY:
+		err = c.comQuery(rt)
+	case mysql.COM_STMT_PREPARE:
+		err = c.comPrepare(rt)
+	case mysql.COM_STMT_EXECUTE:
+		err = c.comExecute(rt, head)
+	case mysql.COM_STMT_CLOSE, mysql.COM_STMT_SEND_LONG_DATA, mysql.COM_STMT_RESET:
+		if ps := c.proxyStmt(head); ps != nil {
+			// A statement the proxy answers itself: the server never saw it.
+			return cmd, c.proxyStmtCommand(cmd, ps)
+		}
+		if cmd == mysql.COM_STMT_RESET {
+			if err = c.forwardCommand(); err == nil {
+				_, err = c.relayOne()
+			}
+			break
+		}
+		if cmd == mysql.COM_STMT_CLOSE && n >= 5 {
+			delete(c.prepared, binary.LittleEndian.Uint32(head[headerLen+1:]))
+		}
+		return cmd, c.forwardCommand() // no response
+	case mysql.COM_STMT_FETCH, mysql.COM_FIELD_LIST:
+		if err = c.forwardCommand(); err == nil {
+			_, err = c.relayRows()
+		}
+	case mysql.COM_STATISTICS, mysql.COM_PING, mysql.COM_PROCESS_KILL, mysql.COM_SET_OPTION, mysql.COM_REFRESH:
+		if err = c.forwardCommand(); err == nil {
+			_, err = c.relayOne()
+		}
+	case mysql.COM_INIT_DB:
+		err = c.comInitDB()
+	case mysql.COM_RESET_CONNECTION:
+		var ok bool
+		if err = c.forwardCommand(); err == nil {
+			if ok, err = c.relayOne(); ok {
+				c.resetSession()
+			}
+		}
+	case mysql.COM_CHANGE_USER:
+		err = c.comChangeUser()
+	case mysql.COM_QUIT:
+		c.forwardCommand()
+		return cmd, errQuit
+	case mysql.COM_BINLOG_DUMP, mysql.COM_BINLOG_DUMP_GTID:
+		// A replication stream never returns to commands: become a pipe.
+		if err = c.forwardCommand(); err == nil {
+			err = c.pipe()
+		}
+	default:
+		// Anything else is answered by OK, ERR, EOF or a result set.
+		if err = c.forwardCommand(); err == nil {
+			err = c.relayResults(nil)
+		}
+	}
+	if err != nil {
+		return cmd, err
+	}
+	return cmd, c.client.flush()
+}
+
+// comInitDB forwards COM_INIT_DB and tracks the new current schema.
+func (c *clientConn) comInitDB() error {
+	p, ok, err := c.client.peekPacket()
+	if err != nil {
+		return err
+	}
+	db := ""
+	if ok {
+		db = string(p[headerLen+1:])
+	}
+	if err := c.forwardCommand(); err != nil {
+		return err
+	}
+	okResp, err := c.relayOne()
+	if okResp {
+		c.sess.Schema = db
+	}
+	return err
+}
+
+// resetSession forgets what COM_RESET_CONNECTION or COM_CHANGE_USER reset on
+// the server: prepared statements, user variables, sql_mode, character set.
+// The current schema survives a reset.
+func (c *clientConn) resetSession() {
+	c.prepared = nil
+	c.named = nil
+	c.sess.ANSIQuotes = 0
+}
+
+// comChangeUser relays COM_CHANGE_USER's authentication exchange like the
+// initial one.
+func (c *clientConn) comChangeUser() error {
+	p, _, err := c.client.readPacket(c.buf[:0], 1<<20)
+	if err != nil {
+		return err
+	}
+	cu, perr := parseChangeUser(p, c.caps)
+	if perr != nil {
+		return c.client.fail(perr)
+	}
+	if _, err := c.backend.writePacket(0, p); err != nil {
+		return err
+	}
+	if err := c.backend.flush(); err != nil {
+		return err
+	}
+	c.respStarted = true
+	ok, err := c.relayAuth(0, 0, cu.plugin)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		c.p.metrics.AuthFailures.Inc()
+		return nil
+	}
+	c.user = cu.user
+	c.sess.Schema = cu.db
+	if cu.hasCharset {
+		c.sess.UnsafeCharset = unsafeCollation(cu.charset)
+	}
+	c.resetSession()
+	return nil
+}
+
+// pipe copies bytes both ways until either side closes (replication).
+func (c *clientConn) pipe() error {
+	if err := c.client.flush(); err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- copyAll(c.client, c.backend) }()
+	go func() { errc <- copyAll(c.backend, c.client) }()
+	err := <-errc
+	c.forceClose()
+	<-errc
+	return err
+}
+
+func copyAll(dst, src *packetConn) error {
+	for {
+		if src.r.Buffered() == 0 {
+			if _, err := src.r.Peek(1); err != nil {
+				return src.fail(err)
+			}
+		}
+		if err := copyN(dst, src, src.r.Buffered()); err != nil {
+			return err
+		}
+		if err := dst.flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// proxyStmt returns the statement a COM_STMT_* packet names if the proxy
+// owns it (a prepared lease function).
+func (c *clientConn) proxyStmt(head []byte) *preparedStmt {
+	if len(head) < headerLen+5 || c.prepared == nil {
+		return nil
+	}
+	ps := c.prepared[binary.LittleEndian.Uint32(head[headerLen+1:])]
+	if ps == nil || ps.call == nil {
+		return nil
+	}
+	return ps
+}
+
+// proxyStmtCommand handles CLOSE, SEND_LONG_DATA and RESET of a statement
+// the proxy owns.
+func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
+	n, _, err := c.client.peekHeader()
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.client.readPacket(nil, max(n, 1<<20)); err != nil {
+		return err
+	}
+	switch cmd {
+	case mysql.COM_STMT_CLOSE:
+		delete(c.prepared, ps.id)
+		return nil
+	case mysql.COM_STMT_SEND_LONG_DATA:
+		return nil // lease function arguments are short; long data is not used
+	}
+	c.respStarted = true
+	ok := append([]byte{mysql.OK_HEADER, 0, 0}, byte(c.status), byte(c.status>>8), 0, 0)
+	if _, err := c.client.writePacket(c.cmdSeq+1, ok); err != nil {
+		return err
+	}
+	return c.client.flush()
+}

@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// clientConn is one client connection and the backend connection that
+// serves it for its whole life.
+type clientConn struct {
+	p      *Proxy
+	id     uint64
+	log    *slog.Logger
+	client *packetConn
+	remote string
+
+	backend *packetConn
+
+	// negotiated at the handshake
+	caps         uint32 // capabilities in use between client and backend
+	deprecateEOF bool
+	clientTLS    bool
+	backendTLS   bool
+	scramble     []byte // the backend's current auth challenge
+	srv          rewrite.Server
+	connID       uint32
+
+	// session as the rewriter and the audit need it
+	user   string
+	sess   rewrite.Session
+	status uint16 // last server status flags seen
+
+	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
+	nextStmtID uint32                   // next id for a statement the proxy answers itself
+	named    map[string]*preparedStmt // SQL-level PREPARE names
+
+	// per command
+	cmdSeq      byte // sequence number of the client's last command packet
+	seqDelta    byte // added to backend sequence numbers on the way to the client
+	respStarted bool // some of the response already went to the client
+	lastWasErr  bool // the response so far ended with an ERR
+	forceMore   bool // mark the end of this response "more results follow" (see runOneByOne)
+	held        []byte
+	heldSeq     byte
+	buf         []byte // scratch for commands too large to peek in place
+
+	// between commands: see waitCommand and wake
+	mu         sync.Mutex
+	idle       bool
+	lastActive time.Time
+}
+
+func newClientConn(p *Proxy, nc net.Conn, id uint64) *clientConn {
+	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), remote: nc.RemoteAddr().String()}
+	c.log = p.logger.With("conn", id, "client", c.remote)
+	return c
+}
+
+func (c *clientConn) serve(rt *runtime) {
+	defer c.close()
+	if err := c.handshake(rt); err != nil {
+		c.logEnd(err, "handshake")
+		return
+	}
+	c.log.Debug("connection established", "user", c.user, "backend_conn_id", c.connID)
+	for {
+		rt := c.p.rt.Load()
+		if err := c.waitCommand(rt); err != nil {
+			c.logEnd(err, "idle")
+			return
+		}
+		start := time.Now()
+		cmd, err := c.command(rt)
+		m := c.p.metrics
+		m.commands[cmd].Inc()
+		m.durations[cmd].Observe(time.Since(start).Seconds())
+		c.flushCounters()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// flushCounters moves the byte counts of both sides into the metrics.
+func (c *clientConn) flushCounters() {
+	m := c.p.metrics
+	if n := c.client.bytesIn; n > 0 {
+		m.bytesToServer.Add(float64(n))
+		c.client.bytesIn = 0
+	}
+	if n := c.backend.bytesIn; n > 0 {
+		m.bytesToClient.Add(float64(n))
+		c.backend.bytesIn = 0
+	}
+	c.client.bytesOut, c.backend.bytesOut = 0, 0
+}
+
+var (
+	errQuit     = errors.New("client quit")
+	errDraining = errors.New("proxy shutting down")
+	errIdle     = errors.New("idle timeout")
+)
+
+// waitCommand blocks until the client sends its next command. It returns an
+// error when the connection should end instead: the client left, it was
+// idle too long, or the proxy is draining and this connection is outside a
+// transaction.
+func (c *clientConn) waitCommand(rt *runtime) error {
+	idleTimeout := rt.cfg.Timeouts.Idle.D()
+	now := time.Now()
+	c.lastActive = now
+	for {
+		// Arm the deadline before declaring idleness, so that wake's
+		// deadline, set after it sees idle, is the one that counts.
+		var deadline time.Time
+		if idleTimeout > 0 {
+			deadline = c.lastActive.Add(idleTimeout)
+		}
+		c.client.conn.SetReadDeadline(deadline)
+		c.mu.Lock()
+		c.idle = !c.inTransaction()
+		c.mu.Unlock()
+		if c.p.draining.Load() && !c.inTransaction() {
+			return errDraining
+		}
+		_, _, err := c.client.peekHeader()
+		c.mu.Lock()
+		c.idle = false
+		c.client.conn.SetReadDeadline(time.Time{})
+		c.mu.Unlock()
+		if err == nil {
+			return nil
+		}
+		if !isTimeout(err) {
+			return err
+		}
+		if c.p.draining.Load() && !c.inTransaction() {
+			return errDraining
+		}
+		if idleTimeout > 0 && time.Since(c.lastActive) >= idleTimeout {
+			return errIdle
+		}
+		// A wake-up that found us busy in a transaction, or an early timer:
+		// keep waiting.
+	}
+}
+
+// wake interrupts an idle wait so that a draining proxy can close the
+// connection now; a connection in a command or a transaction is left alone.
+func (c *clientConn) wake() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idle {
+		c.client.conn.SetReadDeadline(time.Now())
+	}
+}
+
+func (c *clientConn) forceClose() {
+	c.client.conn.Close()
+	if c.backend != nil {
+		c.backend.conn.Close()
+	}
+}
+
+func (c *clientConn) inTransaction() bool { return c.status&mysql.SERVER_STATUS_IN_TRANS != 0 }
+
+// noteStatus records server status flags from an OK or EOF packet.
+func (c *clientConn) noteStatus(st uint16) {
+	c.status = st
+	if st&mysql.SERVER_STATUS_NO_BACKSLASH_ESCAPED != 0 {
+		c.sess.NoBackslashEscapes = rewrite.On
+	} else {
+		c.sess.NoBackslashEscapes = rewrite.Off
+	}
+}
+
+// close ends both connections, politely telling the backend first when it
+// is still in a sane state.
+func (c *clientConn) close() {
+	if c.backend != nil {
+		c.backend.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, err := c.backend.writePacket(0, []byte{mysql.COM_QUIT}); err == nil {
+			c.backend.flush()
+		}
+		c.backend.conn.Close()
+		c.flushCounters()
+	}
+	c.client.conn.Close()
+}
+
+// fail ends the connection after an error in a command. A backend failure
+// before any of the response was sent reaches the client as an ERR packet;
+// after that, the only honest signal is closing the connection.
+func (c *clientConn) fail(err error) {
+	var ce *connError
+	if errors.As(err, &ce) && ce.side == backendSide && !c.respStarted {
+		c.sendError(crServerLost, "HY000", "fenceproxy: lost connection to the backend: "+ce.err.Error())
+		c.client.flush()
+	}
+	c.logEnd(err, "command")
+}
+
+func (c *clientConn) logEnd(err error, phase string) {
+	switch {
+	case errors.Is(err, errQuit), errors.Is(err, io.EOF) && phase == "idle":
+		c.log.Debug("connection closed by client")
+	case errors.Is(err, errDraining):
+		c.log.Debug("connection closed for shutdown")
+	case errors.Is(err, errIdle):
+		c.log.Info("connection closed after idle timeout")
+	case errors.Is(err, errMalformed):
+		c.log.Warn("connection closed: protocol violation", "phase", phase, "err", err)
+	default:
+		c.log.Info("connection closed", "phase", phase, "err", err)
+	}
+}
+
+// sendError writes an ERR packet as the response to the current command.
+func (c *clientConn) sendError(code uint16, state, msg string) error {
+	seq := c.nextSeq()
+	c.respStarted = true
+	c.lastWasErr = true
+	_, err := c.client.writePacket(seq, errPayload(code, state, msg))
+	return err
+}
+
+// nextSeq is the sequence number of the next packet to the client: one past
+// the client's command, or past what the proxy already sent of the response.
+func (c *clientConn) nextSeq() byte {
+	if c.respStarted {
+		return c.client.lastOut + 1
+	}
+	return c.cmdSeq + 1
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
+}

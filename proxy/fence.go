@@ -1,0 +1,432 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+const (
+	onStaleError = policy.OnStaleError
+	modeShadow   = policy.ModeShadow
+)
+
+// tracker follows the statements of one packet through their results: it
+// applies session effects (USE, sql_mode, PREPARE ...) of the statements
+// that succeeded, and collects the protected writes whose result needs a
+// look at the lease: a fenced write that changed 0 rows may have been
+// rejected, or merely matched nothing.
+type tracker struct {
+	c      *clientConn
+	rt     *runtime
+	stmts  []rewrite.Stmt
+	pos    int  // statement whose result comes next
+	single bool // the packet holds one statement: its final OK may be held back
+	checks []pendingCheck
+	held   *pendingCheck // the check whose OK is held in c.held
+}
+
+type pendingCheck struct {
+	fence *rewrite.Fence
+}
+
+func newTracker(c *clientConn, rt *runtime, stmts []rewrite.Stmt, single bool) *tracker {
+	return &tracker{c: c, rt: rt, stmts: stmts, single: single}
+}
+
+func (t *tracker) current() *rewrite.Stmt {
+	if t.pos < len(t.stmts) {
+		return &t.stmts[t.pos]
+	}
+	return nil
+}
+
+// fenceOf returns the protected write of st, resolving SQL-level EXECUTE.
+func (t *tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence {
+	switch st.Kind {
+	case rewrite.Write:
+		return st.Fence
+	case rewrite.Execute:
+		if ps := t.c.named[st.Name]; ps != nil {
+			return ps.fence
+		}
+	}
+	return nil
+}
+
+func (t *tracker) enforcing() bool { return t.rt.policy.Mode != modeShadow }
+
+func (t *tracker) okPacket(idx int, payload []byte, ok okPacket, final bool) ([]byte, bool) {
+	st := t.current()
+	if st == nil {
+		return t.patchMore(payload, ok, final), false
+	}
+	if f := t.fenceOf(st); f != nil && t.enforcing() && ok.affectedRows == 0 && final && t.single &&
+		t.rt.policy.OnStale == onStaleError {
+		t.held = &pendingCheck{fence: f}
+		return nil, true
+	}
+	if st.StripInfo {
+		return stripInfo(payload, ok, t.c.caps, t.c.forceMore && final), false
+	}
+	return t.patchMore(payload, ok, final), false
+}
+
+// patchMore sets SERVER_MORE_RESULTS_EXISTS on the final OK when the proxy
+// runs a multi-statement packet one statement at a time.
+func (t *tracker) patchMore(payload []byte, ok okPacket, final bool) []byte {
+	if !final || !t.c.forceMore {
+		return nil
+	}
+	out := append([]byte(nil), payload...)
+	binary.LittleEndian.PutUint16(out[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
+	return out
+}
+
+func (t *tracker) result(idx int, r result) {
+	st := t.current()
+	if st == nil {
+		return
+	}
+	if !r.isErr {
+		t.applyEffect(st)
+		if f := t.fenceOf(st); f != nil && !(t.held != nil && t.held.fence == f) {
+			if !t.enforcing() || (!r.isSet && r.ok.affectedRows == 0) {
+				t.checks = append(t.checks, pendingCheck{fence: f})
+			}
+		}
+	}
+	// A CALL's result sets all belong to it; its OK or ERR ends it.
+	if st.Kind != rewrite.Call || !r.isSet {
+		t.pos++
+	}
+}
+
+// applyEffect records what a successful statement changed in the session.
+func (t *tracker) applyEffect(st *rewrite.Stmt) {
+	c := t.c
+	switch st.Kind {
+	case rewrite.Use:
+		c.sess.Schema = st.Schema
+	case rewrite.SetSQLMode:
+		c.sess.ANSIQuotes = st.ANSIQuotes
+	case rewrite.SetCharset:
+		c.sess.UnsafeCharset = st.UnsafeCharset
+	case rewrite.Prepare:
+		if st.Fence == nil {
+			delete(c.named, st.Name)
+			return
+		}
+		if c.named == nil {
+			c.named = map[string]*preparedStmt{}
+		}
+		c.named[st.Name] = &preparedStmt{fence: st.Fence}
+	case rewrite.Deallocate:
+		delete(c.named, st.Name)
+	}
+}
+
+// finish classifies what the response left undecided, writes a held OK or
+// the ERR that replaces it, and audits rejected writes.
+func (t *tracker) finish() error {
+	c := t.c
+	if t.held != nil {
+		v, err := c.classify(t.rt, t.held.fence, true)
+		if err != nil {
+			return err
+		}
+		if v.rejected() {
+			c.auditStale(t.rt, t.held.fence, v, "error")
+			c.held = nil
+			return c.sendError(erSignal, "45000", v.message(t.held.fence))
+		}
+		if err := c.writeHeld(); err != nil {
+			return err
+		}
+	}
+	if len(t.checks) == 0 {
+		return nil
+	}
+	// The client may have its answer now; the checks only feed the audit.
+	if err := c.client.flush(); err != nil {
+		return err
+	}
+	outcome := "zero_rows"
+	if !t.enforcing() {
+		outcome = "shadow"
+	}
+	for _, pc := range t.checks {
+		v, err := c.classify(t.rt, pc.fence, t.enforcing())
+		if err != nil {
+			return err
+		}
+		if v.rejected() {
+			c.auditStale(t.rt, pc.fence, v, outcome)
+		}
+	}
+	return nil
+}
+
+// holdBackendPacket copies the backend's next packet (payload of n bytes)
+// into c.held instead of relaying it.
+func (c *clientConn) holdBackendPacket(n int) {
+	pkt, _ := c.backend.r.Peek(headerLen + n)
+	c.heldSeq = pkt[3]
+	c.held = append(c.held[:0], pkt[headerLen:]...)
+	c.takeBackendPacket(n)
+}
+
+func (c *clientConn) writeHeld() error {
+	p := c.held
+	c.held = nil
+	if c.forceMore {
+		if ok, valid := parseOK(p); valid {
+			binary.LittleEndian.PutUint16(p[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
+		}
+	}
+	c.respStarted = true
+	_, err := c.client.writePacket(c.heldSeq+c.seqDelta, p)
+	return err
+}
+
+// stripInfo returns the OK packet without its info string: the fence turned
+// a single-row INSERT ... VALUES into INSERT ... SELECT, whose OK says
+// "Records: 1 ..." where the original's said nothing.
+func stripInfo(p []byte, ok okPacket, caps uint32, more bool) []byte {
+	out := append([]byte(nil), p[:ok.infoOff]...)
+	if more {
+		binary.LittleEndian.PutUint16(out[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
+	}
+	if caps&mysql.CLIENT_SESSION_TRACK == 0 {
+		return out
+	}
+	rest := p[ok.infoOff:]
+	if len(rest) == 0 {
+		return out
+	}
+	n, k, _ := lenEnc(rest)
+	if k == 0 || uint64(len(rest)-k) < n {
+		return append([]byte(nil), p...)
+	}
+	out = append(out, 0) // empty info
+	return append(out, rest[k+int(n):]...)
+}
+
+// verdict is what the lease check found.
+type verdict struct {
+	reason         string // audit reason; "" = the fence holds
+	lease          string
+	table          string
+	presentedOwner string
+	presentedToken *uint64
+	currentToken   *uint64
+}
+
+func (v verdict) rejected() bool { return v.reason != "" }
+
+func (v verdict) message(f *rewrite.Fence) string {
+	why := map[string]string{
+		audit.StaleToken:    "the lease was taken over (fence token " + tokenString(v.currentToken) + " is current, this session presented " + tokenString(v.presentedToken) + ")",
+		audit.Expired:       "the lease expired",
+		audit.OwnerMismatch: "this session's owner token does not hold the lease",
+		audit.NoFence:       "this session has no fence context: call fence_acquire or set the fence variables",
+		audit.LeaseMissing:  "the lease does not exist",
+	}[v.reason]
+	return fmt.Sprintf("fenceproxy: stale write to %s rejected under lease '%s': %s", v.table, v.lease, why)
+}
+
+func tokenString(t *uint64) string {
+	if t == nil {
+		return "none"
+	}
+	return strconv.FormatUint(*t, 10)
+}
+
+// classify reads the lease behind fence f on the client's own connection
+// (its variables live there) and says whether the fence holds. locking
+// reads the latest committed lease row, as the fenced write did.
+func (c *clientConn) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
+	seen := map[string]bool{}
+	for _, tg := range f.Targets {
+		sql := classifySQL(rt.policy, c.srv, tg, locking)
+		if seen[sql] {
+			continue
+		}
+		seen[sql] = true
+		v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease}
+		rows, err := c.backendQuery(sql)
+		if err != nil {
+			if _, ok := err.(*backendError); ok {
+				// The lease table is unreadable: the write cannot have
+				// passed its fence either.
+				c.log.Warn("lease check failed", "table", v.table, "err", err)
+				v.reason = audit.LeaseMissing
+				return v, nil
+			}
+			return v, err
+		}
+		if len(rows) != 1 || len(rows[0]) != 5 {
+			return v, c.backend.fail(malformed("lease check returned %d rows", len(rows)))
+		}
+		row := rows[0]
+		if !row[1].null {
+			v.lease = row[1].s
+		}
+		v.presentedOwner = row[2].s
+		if tok, err := strconv.ParseUint(row[3].s, 10, 64); err == nil && !row[3].null {
+			v.presentedToken = &tok
+		}
+		switch {
+		case row[0].s == "1":
+			v.reason = audit.NoFence
+		case row[4].null:
+			v.reason = audit.LeaseMissing
+		default:
+			parts := strings.Split(row[4].s, ",")
+			if len(parts) != 3 {
+				return v, c.backend.fail(malformed("lease check row"))
+			}
+			if cur, err := strconv.ParseUint(parts[0], 10, 64); err == nil {
+				v.currentToken = &cur
+			}
+			switch {
+			case v.presentedToken == nil || v.currentToken == nil || *v.presentedToken != *v.currentToken:
+				v.reason = audit.StaleToken
+			case parts[1] != "1":
+				v.reason = audit.OwnerMismatch
+			case parts[2] != "1":
+				v.reason = audit.Expired
+			}
+		}
+		if v.rejected() {
+			return v, nil
+		}
+	}
+	return verdict{}, nil
+}
+
+// classifySQL reads the session's fence context and the lease row. Names
+// were validated by policy; backquotes work under every sql_mode, and the
+// fixed lease name needs no escaping.
+func classifySQL(pol *policy.Policy, srv rewrite.Server, tg rewrite.Target, locking bool) string {
+	schema, table := pol.LeaseTableFor(tg.Schema)
+	v := pol.Vars
+	lease := "@" + v.Lease
+	missing := "@" + v.Owner + " IS NULL OR @" + v.Token + " IS NULL"
+	if tg.Lease != "" {
+		lease = "'" + tg.Lease + "'"
+	} else {
+		missing += " OR @" + v.Lease + " IS NULL"
+	}
+	lock := ""
+	if locking && srv.Flavor != rewrite.TiDB {
+		lock = " LOCK IN SHARE MODE"
+	}
+	return "SELECT " + missing + ", CAST(" + lease + " AS CHAR), LEFT(SHA2(@" + v.Owner + ", 256), 16), CAST(@" + v.Token +
+		" AS CHAR), (SELECT CONCAT_WS(',', l.fence_token, l.owner_token = @" + v.Owner + ", l.leased_until > SYSDATE(3)) FROM `" +
+		schema + "`.`" + table + "` AS l WHERE l.lease_name = " + lease + lock + ")"
+}
+
+// auditStale records a rejected (or, in shadow mode, would-be rejected)
+// write and counts it.
+func (c *clientConn) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome string) {
+	c.writeAudit(audit.Record{
+		Reason: v.reason, Lease: v.lease, Table: v.table,
+		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
+		Digest: f.Digest, Outcome: outcome,
+	}, rt)
+}
+
+// refuse answers a statement the rewriter refused, and audits it.
+func (c *clientConn) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
+	c.p.metrics.stmtRefused.Inc()
+	lease := ""
+	if r.Table != "" {
+		if i := strings.IndexByte(r.Table, '.'); i > 0 {
+			if t, ok := rt.policy.Lookup(r.Table[:i], r.Table[i+1:]); ok {
+				lease = t.Lease
+			}
+		}
+	}
+	c.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
+		Digest: statementDigest(sql), Outcome: "refused", Detail: r.Reason}, rt)
+	return c.sendError(erNotAllowed, "42000", r.Error())
+}
+
+func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
+	rec.Time = time.Now().UTC()
+	rec.Mode = rt.policy.Mode
+	rec.Client = c.remote
+	rec.User = c.user
+	rec.Schema = c.sess.Schema
+	if err := c.p.audit.Write(rec); err != nil {
+		c.p.metrics.AuditErrors.Inc()
+		c.log.Error("audit write failed", "err", err)
+	}
+	c.p.metrics.StaleRejected.WithLabelValues(rec.Table, leaseLabel(rec.Lease), rec.Reason).Inc()
+	c.log.Warn("fenced write rejected", "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+}
+
+// leaseLabel bounds the metric's cardinality: per-entity leases (one per
+// customer, say) would otherwise make a series each.
+func leaseLabel(lease string) string {
+	leaseLabels.Lock()
+	defer leaseLabels.Unlock()
+	if _, ok := leaseLabels.seen[lease]; ok {
+		return lease
+	}
+	if len(leaseLabels.seen) >= maxLeaseLabels {
+		return "_other"
+	}
+	leaseLabels.seen[lease] = struct{}{}
+	return lease
+}
+
+const maxLeaseLabels = 1000
+
+var leaseLabels = struct {
+	sync.Mutex
+	seen map[string]struct{}
+}{seen: map[string]struct{}{}}
+
+// runOneByOne runs a multi-statement packet holding a protected write one
+// statement at a time, so that under on_stale: error a rejected write ends
+// the packet with its ERR exactly where the server would have stopped after
+// an error, and later statements never run.
+func (c *clientConn) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
+	next := c.cmdSeq + 1 // the client's next expected sequence number
+	defer func() { c.forceMore = false }()
+	for i := range stmts {
+		st := stmts[i]
+		last := i == len(stmts)-1
+		c.forceMore = !last
+		if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, sql[st.Span[0]:st.Span[1]]); err != nil {
+			return err
+		}
+		if err := c.backend.flush(); err != nil {
+			return err
+		}
+		c.seqDelta = next - 1
+		t := newTracker(c, rt, stmts[i:i+1], true)
+		if err := c.relayResults(t); err != nil {
+			return err
+		}
+		if err := t.finish(); err != nil {
+			return err
+		}
+		if c.lastWasErr {
+			return nil
+		}
+		next = c.client.lastOut + 1
+	}
+	return nil
+}

@@ -1,0 +1,433 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// The SQL lease functions (SELECT fence_acquire('name', ttl) and friends)
+// are answered by the proxy on the client's connection. Lease changes run
+// on the proxy's own account when backend.user is configured (apps then need
+// only SELECT on the lease table), else in the client's own session; either
+// way fence_acquire then sets the session's fence variables.
+
+const erWrongArguments = 1210 // ER_WRONG_ARGUMENTS
+
+// leaseCallTimeout bounds a lease function: it must answer, never hang.
+const leaseCallTimeout = 10 * time.Second
+
+// firstProxyStmtID is where statement ids the proxy hands out itself start,
+// counting down: servers count theirs up from 1.
+const firstProxyStmtID = math.MaxUint32
+
+// answerLeaseCall answers a lease function sent as COM_QUERY.
+func (c *clientConn) answerLeaseCall(rt *runtime, call *rewrite.LeaseCall, _ []value) error {
+	c.p.metrics.stmtAnswered.Inc()
+	args := make([]value, len(call.Args))
+	for i, a := range call.Args {
+		if a.Placeholder {
+			return c.sendError(erWrongArguments, "HY000", "fenceproxy: placeholders in "+call.Func.String()+" need a prepared statement")
+		}
+		args[i] = value{s: a.String, null: a.Null}
+	}
+	return c.runLeaseCall(rt, call, args, false)
+}
+
+// prepareLeaseCall answers COM_STMT_PREPARE of a lease function with a
+// statement id of the proxy's own.
+func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) error {
+	c.p.metrics.stmtAnswered.Inc()
+	params := 0
+	for _, a := range call.Args {
+		if a.Placeholder {
+			params++
+		}
+	}
+	if c.nextStmtID == 0 {
+		c.nextStmtID = firstProxyStmtID
+	}
+	id := c.nextStmtID
+	c.nextStmtID--
+	cols := leaseColumns(call)
+	ok := []byte{mysql.OK_HEADER}
+	ok = binary.LittleEndian.AppendUint32(ok, id)
+	ok = binary.LittleEndian.AppendUint16(ok, uint16(len(cols)))
+	ok = binary.LittleEndian.AppendUint16(ok, uint16(params))
+	ok = append(ok, 0, 0, 0) // filler, warnings
+	c.respStarted = true
+	seq, err := c.client.writePacket(c.cmdSeq+1, ok)
+	if err != nil {
+		return err
+	}
+	pcols := make([]column, params)
+	for i := range pcols {
+		pcols[i] = column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING, charset: charsetBinary}
+	}
+	if seq, err = c.writeColumns(seq, pcols); err != nil {
+		return err
+	}
+	if _, err = c.writeColumns(seq, cols); err != nil {
+		return err
+	}
+	if c.prepared == nil {
+		c.prepared = map[uint32]*preparedStmt{}
+	}
+	c.prepared[id] = &preparedStmt{call: call, id: id, params: params}
+	return nil
+}
+
+// executeLeaseCall answers COM_STMT_EXECUTE of a lease function prepared
+// by prepareLeaseCall.
+func (c *clientConn) executeLeaseCall(rt *runtime, ps *preparedStmt) error {
+	payload, inPlace, err := c.readCommand(1 << 20)
+	if payload == nil {
+		return err
+	}
+	pkt := append([]byte(nil), payload...)
+	c.consumeCommand(payload, inPlace)
+	vals, types, err := parseExecuteParams(pkt, ps.params, ps.types)
+	if err != nil {
+		return c.sendError(erWrongArguments, "HY000", "fenceproxy: "+ps.call.Func.String()+": "+err.Error())
+	}
+	ps.types = types
+	args := make([]value, len(ps.call.Args))
+	next := 0
+	for i, a := range ps.call.Args {
+		if a.Placeholder {
+			args[i] = vals[next]
+			next++
+		} else {
+			args[i] = value{s: a.String, null: a.Null}
+		}
+	}
+	return c.runLeaseCall(rt, ps.call, args, true)
+}
+
+// leaseColumns are the result columns of a lease function.
+func leaseColumns(call *rewrite.LeaseCall) []column {
+	num := func(name string, typ byte, length uint32) column {
+		return column{name: name, typ: typ, charset: charsetBinary, length: length,
+			flags: mysql.BINARY_FLAG | mysql.NUM_FLAG}
+	}
+	switch call.Func {
+	case rewrite.FenceAcquire:
+		c := num(call.Column, mysql.MYSQL_TYPE_LONGLONG, 20)
+		c.flags |= mysql.UNSIGNED_FLAG
+		return []column{c}
+	case rewrite.FenceStatus:
+		str := func(name string, n uint32) column {
+			return column{name: name, typ: mysql.MYSQL_TYPE_VAR_STRING, charset: charsetUTF8MB4, length: n * 4}
+		}
+		tok := num("token", mysql.MYSQL_TYPE_LONGLONG, 20)
+		tok.flags |= mysql.UNSIGNED_FLAG
+		return []column{str("lease", 191), str("owner", 16), tok, str("leased_until", 23), num("held", mysql.MYSQL_TYPE_TINY, 1)}
+	}
+	return []column{num(call.Column, mysql.MYSQL_TYPE_TINY, 1)}
+}
+
+// runLeaseCall performs a lease function and answers with its result set.
+func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []value, binaryRows bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	name := call.Func.String()
+	fail := func(format string, a ...any) error {
+		c.p.metrics.leaseCalls(name, "error").Inc()
+		return c.sendError(erWrongArguments, "HY000", "fenceproxy: "+name+": "+fmt.Sprintf(format, a...))
+	}
+	if call.Func != rewrite.FenceStatus && c.inTransaction() {
+		return fail("call it outside a transaction: a lease change inside one would commit or roll back with it and hold the lease row's lock until then")
+	}
+	table, err := c.leaseTable(rt)
+	if err != nil {
+		return fail("%v", err)
+	}
+	conn, release, err := c.leaseConn(ctx, call.Func)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer release()
+
+	var row []value
+	switch call.Func {
+	case rewrite.FenceAcquire:
+		if len(args) != 2 || args[0].null || args[1].null {
+			return fail("usage: SELECT fence_acquire('lease name', ttl_seconds)")
+		}
+		ttl, err := lease.ParseTTLSeconds(args[1].s)
+		if err != nil {
+			return fail("%v", err)
+		}
+		l, err := lease.AcquireOn(ctx, conn, table, args[0].s, ttl)
+		switch {
+		case errors.Is(err, lease.ErrHeld):
+			row = []value{{null: true}}
+		case err != nil:
+			return c.leaseError(name, err)
+		default:
+			if err := c.setFenceVars(rt, l); err != nil {
+				return c.leaseError(name, err)
+			}
+			row = []value{{s: strconv.FormatUint(l.Token, 10)}}
+		}
+	case rewrite.FenceRenew, rewrite.FenceRelease:
+		l, ok, err := c.sessionLease(rt)
+		if err != nil {
+			return c.leaseError(name, err)
+		}
+		done := false
+		if ok {
+			if call.Func == rewrite.FenceRenew {
+				if len(args) != 1 || args[0].null {
+					return fail("usage: SELECT fence_renew(ttl_seconds)")
+				}
+				ttl, perr := lease.ParseTTLSeconds(args[0].s)
+				if perr != nil {
+					return fail("%v", perr)
+				}
+				_, err = lease.RenewOn(ctx, conn, table, l, ttl)
+			} else {
+				err = lease.ReleaseOn(ctx, conn, table, l)
+			}
+			if err != nil && !errors.Is(err, lease.ErrLost) {
+				return c.leaseError(name, err)
+			}
+			done = err == nil
+		}
+		row = []value{{s: boolDigit(done)}}
+	case rewrite.FenceStatus:
+		l, ok, err := c.sessionLease(rt)
+		if err != nil {
+			return c.leaseError(name, err)
+		}
+		row = []value{{null: true}, {null: true}, {null: true}, {null: true}, {s: "0"}}
+		if ok {
+			row[0] = value{s: l.Name}
+			st, err := lease.GetOn(ctx, conn, table, l.Name)
+			if err != nil && !errors.Is(err, lease.ErrNotFound) {
+				return c.leaseError(name, err)
+			}
+			if err == nil {
+				row[1] = value{s: st.OwnerID()}
+				row[2] = value{s: strconv.FormatUint(st.Token, 10)}
+				row[3] = value{s: st.Until.UTC().Format("2006-01-02 15:04:05.000")}
+				row[4] = value{s: boolDigit(st.Held && st.Owner == l.Owner && st.Token == l.Token)}
+			}
+		}
+	}
+	c.p.metrics.leaseCalls(name, "ok").Inc()
+	return c.writeResultSet(leaseColumns(call), [][]value{row}, binaryRows)
+}
+
+func boolDigit(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func (c *clientConn) leaseError(name string, err error) error {
+	c.p.metrics.leaseCalls(name, "error").Inc()
+	c.log.Warn("lease function failed", "func", name, "err", err)
+	return c.sendError(erWrongArguments, "HY000", "fenceproxy: "+name+" failed: "+err.Error())
+}
+
+// leaseTable is where this session's leases live: fencing.lease_table,
+// qualified with the current schema when it is not qualified itself.
+func (c *clientConn) leaseTable(rt *runtime) (string, error) {
+	if strings.Contains(rt.policy.LeaseTable, ".") {
+		return rt.policy.LeaseTable, nil
+	}
+	if c.sess.Schema == "" {
+		return "", errors.New("no database selected: USE the schema of your protected tables (the lease table " +
+			rt.policy.LeaseTable + " lives there), or qualify fencing.lease_table")
+	}
+	return c.sess.Schema + "." + rt.policy.LeaseTable, nil
+}
+
+// leaseConn is where lease changes run: the proxy's own account when it
+// has one, else the client's session. Reads of the session's variables
+// always happen in the client's session.
+func (c *clientConn) leaseConn(ctx context.Context, f rewrite.LeaseFunc) (lease.Conn, func(), error) {
+	if c.p.adminDB == nil {
+		return sessionConn{c}, func() {}, nil
+	}
+	conn, err := c.p.adminDB.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the proxy's backend account: %w", err)
+	}
+	return lease.NewConn(conn), func() { conn.Close() }, nil
+}
+
+// sessionLease reads the session's fence context from its variables.
+func (c *clientConn) sessionLease(rt *runtime) (lease.Lease, bool, error) {
+	v := rt.policy.Vars
+	rows, err := c.backendQuery("SELECT HEX(@" + v.Lease + "), HEX(@" + v.Owner + "), CAST(@" + v.Token + " AS CHAR)")
+	if err != nil {
+		return lease.Lease{}, false, err
+	}
+	if len(rows) != 1 || len(rows[0]) != 3 {
+		return lease.Lease{}, false, errors.New("reading the fence variables: unexpected result")
+	}
+	r := rows[0]
+	if r[0].null || r[1].null || r[2].null {
+		return lease.Lease{}, false, nil
+	}
+	name, err1 := hex.DecodeString(r[0].s)
+	owner, err2 := hex.DecodeString(r[1].s)
+	token, err3 := strconv.ParseUint(r[2].s, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return lease.Lease{}, false, nil
+	}
+	return lease.Lease{Name: string(name), Owner: string(owner), Token: token}, true, nil
+}
+
+// setFenceVars sets the session's fence variables to a lease just acquired.
+func (c *clientConn) setFenceVars(rt *runtime, l lease.Lease) error {
+	v := rt.policy.Vars
+	q := "SET @" + v.Lease + " = _utf8mb4 X'" + hex.EncodeToString([]byte(l.Name)) + "' COLLATE utf8mb4_bin, @" +
+		v.Owner + " = X'" + hex.EncodeToString([]byte(l.Owner)) + "', @" + v.Token + " = " + strconv.FormatUint(l.Token, 10)
+	_, err := c.backendExec(q)
+	return err
+}
+
+// sessionConn runs lease statements in the client's own session.
+type sessionConn struct{ c *clientConn }
+
+func (s sessionConn) Exec(ctx context.Context, q string) (int64, error) {
+	defer s.c.deadlineFrom(ctx)()
+	n, err := s.c.backendExec(q)
+	return int64(n), err
+}
+
+func (s sessionConn) Query(ctx context.Context, q string) ([][]string, error) {
+	defer s.c.deadlineFrom(ctx)()
+	rows, err := s.c.backendQuery(q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]string, len(rows))
+	for i, r := range rows {
+		out[i] = make([]string, len(r))
+		for j, v := range r {
+			out[i][j] = v.s
+		}
+	}
+	return out, nil
+}
+
+// deadlineFrom bounds backend I/O by ctx's deadline until the returned func
+// is called.
+func (c *clientConn) deadlineFrom(ctx context.Context) func() {
+	if dl, ok := ctx.Deadline(); ok {
+		c.backend.conn.SetDeadline(dl)
+		return func() { c.backend.conn.SetDeadline(time.Time{}) }
+	}
+	return func() {}
+}
+
+// parseExecuteParams decodes the parameters of a COM_STMT_EXECUTE payload.
+// prev are the types bound by an earlier execution (the client may omit
+// them).
+func parseExecuteParams(p []byte, n int, prev []uint16) ([]value, []uint16, error) {
+	// cmd(1) id(4) flags(1) iterations(4)
+	if len(p) < 10 {
+		return nil, nil, errors.New("short COM_STMT_EXECUTE")
+	}
+	if n == 0 {
+		return nil, prev, nil
+	}
+	p = p[10:]
+	nb := (n + 7) / 8
+	if len(p) < nb+1 {
+		return nil, nil, errors.New("short COM_STMT_EXECUTE")
+	}
+	nulls := p[:nb]
+	bound := p[nb]
+	p = p[nb+1:]
+	types := prev
+	if bound == 1 {
+		if len(p) < 2*n {
+			return nil, nil, errors.New("short parameter types")
+		}
+		types = make([]uint16, n)
+		for i := range types {
+			types[i] = binary.LittleEndian.Uint16(p[2*i:])
+		}
+		p = p[2*n:]
+	}
+	if len(types) != n {
+		return nil, nil, errors.New("parameter types were never sent")
+	}
+	vals := make([]value, n)
+	for i := 0; i < n; i++ {
+		if nulls[i/8]&(1<<(i%8)) != 0 {
+			vals[i] = value{null: true}
+			continue
+		}
+		t, unsigned := byte(types[i]), types[i]&0x8000 != 0
+		var size int
+		switch t {
+		case mysql.MYSQL_TYPE_TINY:
+			size = 1
+		case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+			size = 2
+		case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_FLOAT:
+			size = 4
+		case mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE:
+			size = 8
+		case mysql.MYSQL_TYPE_NULL:
+			vals[i] = value{null: true}
+			continue
+		case mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING,
+			mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB, mysql.MYSQL_TYPE_TINY_BLOB, mysql.MYSQL_TYPE_MEDIUM_BLOB,
+			mysql.MYSQL_TYPE_LONG_BLOB, mysql.MYSQL_TYPE_ENUM, mysql.MYSQL_TYPE_SET, mysql.MYSQL_TYPE_JSON:
+			l, k, _ := lenEnc(p)
+			if k == 0 || uint64(len(p)-k) < l {
+				return nil, nil, errors.New("truncated string parameter")
+			}
+			vals[i] = value{s: string(p[k : k+int(l)])}
+			p = p[k+int(l):]
+			continue
+		default:
+			return nil, nil, fmt.Errorf("parameter %d: type %d is not a string or a number", i+1, t)
+		}
+		if len(p) < size {
+			return nil, nil, errors.New("truncated numeric parameter")
+		}
+		vals[i] = value{s: numberText(t, unsigned, p[:size])}
+		p = p[size:]
+	}
+	return vals, types, nil
+}
+
+func numberText(t byte, unsigned bool, b []byte) string {
+	switch t {
+	case mysql.MYSQL_TYPE_FLOAT:
+		return strconv.FormatFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))), 'f', -1, 32)
+	case mysql.MYSQL_TYPE_DOUBLE:
+		return strconv.FormatFloat(math.Float64frombits(binary.LittleEndian.Uint64(b)), 'f', -1, 64)
+	}
+	var u uint64
+	for i := len(b) - 1; i >= 0; i-- {
+		u = u<<8 | uint64(b[i])
+	}
+	if unsigned {
+		return strconv.FormatUint(u, 10)
+	}
+	shift := 64 - 8*len(b)
+	return strconv.FormatInt(int64(u<<shift)>>shift, 10)
+}
+
+

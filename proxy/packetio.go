@@ -1,0 +1,275 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+)
+
+// MySQL packets: a 3-byte little-endian payload length, a sequence number,
+// then the payload. A payload of exactly maxPayload bytes is continued in the
+// next packet; the logical packet ends with a shorter one (possibly empty).
+const (
+	headerLen  = 4
+	maxPayload = 1<<24 - 1
+
+	// bufSize is the read and write buffer of each side of a connection. A
+	// typical command and a typical OK packet fit, so the hot path peeks them
+	// in place without copying; larger packets stream through.
+	bufSize = 16 << 10
+)
+
+// errMalformed marks input that does not follow the protocol: the
+// connection it came from is closed, nothing else.
+var errMalformed = errors.New("malformed packet")
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errMalformed, fmt.Sprintf(format, args...))
+}
+
+// packetConn is one side of a proxied connection: buffered packet reads and
+// writes over a net.Conn that may be upgraded to TLS mid-handshake.
+type packetConn struct {
+	side side // whose connection this is, for errors
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
+
+	// counters for metrics, read by the owning connection only
+	bytesIn, bytesOut int64
+	lastOut           byte // sequence number of the last packet written
+}
+
+func newPacketConn(s side, c net.Conn) *packetConn {
+	return &packetConn{side: s, conn: c, r: bufio.NewReaderSize(c, bufSize), w: bufio.NewWriterSize(c, bufSize)}
+}
+
+// side names the peer of a packetConn.
+type side uint8
+
+const (
+	clientSide side = iota + 1
+	backendSide
+)
+
+func (s side) String() string {
+	if s == clientSide {
+		return "client"
+	}
+	return "backend"
+}
+
+// connError is an I/O or protocol failure on one side of a proxied
+// connection; which side decides what the other one is told.
+type connError struct {
+	side side
+	err  error
+}
+
+func (e *connError) Error() string { return e.side.String() + ": " + e.err.Error() }
+func (e *connError) Unwrap() error { return e.err }
+
+// fail tags err with p's side (nil stays nil; tagged errors keep their tag).
+func (p *packetConn) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connError
+	if errors.As(err, &ce) {
+		return err
+	}
+	return &connError{side: p.side, err: err}
+}
+
+// peekHeader waits for the next packet and returns its payload length and
+// sequence number without consuming anything.
+func (p *packetConn) peekHeader() (int, byte, error) {
+	h, err := p.r.Peek(headerLen)
+	if err != nil {
+		return 0, 0, p.fail(err)
+	}
+	return int(h[0]) | int(h[1])<<8 | int(h[2])<<16, h[3], nil
+}
+
+// peekPacket returns the next packet (header included) in place, if its
+// payload is shorter than maxPayload and it fits the read buffer; ok is false
+// otherwise. The bytes are valid until the next read; consume them with
+// p.discard(len(pkt)).
+func (p *packetConn) peekPacket() (pkt []byte, ok bool, err error) {
+	n, _, err := p.peekHeader()
+	if err != nil {
+		return nil, false, err
+	}
+	if n == maxPayload || headerLen+n > p.r.Size() {
+		return nil, false, nil
+	}
+	pkt, err = p.r.Peek(headerLen + n)
+	if err != nil {
+		return nil, false, p.fail(err)
+	}
+	return pkt, true, nil
+}
+
+// discard consumes n bytes already peeked.
+func (p *packetConn) discard(n int) {
+	p.r.Discard(n)
+	p.bytesIn += int64(n)
+}
+
+// readPacket reads one logical packet (joining continuation packets) into
+// buf and returns the payload and the sequence number of its last part.
+// limit bounds the payload size; past it the rest of the packet is consumed
+// and errTooLarge returned, so the stream stays in sync.
+func (p *packetConn) readPacket(buf []byte, limit int) ([]byte, byte, error) {
+	payload := buf[:0]
+	tooLarge := false
+	for {
+		n, seq, err := p.peekHeader()
+		if err != nil {
+			return nil, 0, err
+		}
+		p.discard(headerLen)
+		if tooLarge || len(payload)+n > limit {
+			tooLarge = true
+			if _, err := p.r.Discard(n); err != nil {
+				return nil, 0, p.fail(err)
+			}
+		} else {
+			start := len(payload)
+			payload = grow(payload, n)
+			if _, err := io.ReadFull(p.r, payload[start:start+n]); err != nil {
+				return nil, 0, p.fail(err)
+			}
+		}
+		p.bytesIn += int64(n)
+		if n < maxPayload {
+			if tooLarge {
+				return nil, seq, errTooLarge
+			}
+			return payload, seq, nil
+		}
+	}
+}
+
+var errTooLarge = errors.New("packet larger than the configured limit")
+
+func grow(b []byte, n int) []byte {
+	need := len(b) + n
+	if need <= cap(b) {
+		return b[:need]
+	}
+	nb := make([]byte, need, max(need, 2*cap(b)))
+	copy(nb, b)
+	return nb
+}
+
+// writePacket writes payload as one logical packet starting at sequence
+// seq, splitting it at maxPayload, and returns the next sequence number. It
+// does not flush.
+func (p *packetConn) writePacket(seq byte, payload []byte) (byte, error) {
+	return p.writeCommand(seq, nil, payload)
+}
+
+// writeCommand writes prefix+body as one logical packet (prefix is a command
+// byte, or nil), splitting at maxPayload, and returns the next sequence
+// number. It does not flush.
+func (p *packetConn) writeCommand(seq byte, prefix, body []byte) (byte, error) {
+	total := len(prefix) + len(body)
+	for {
+		n := min(total, maxPayload)
+		h := [headerLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
+		if _, err := p.w.Write(h[:]); err != nil {
+			return seq, p.fail(err)
+		}
+		rest := n
+		if len(prefix) > 0 {
+			k := min(len(prefix), rest)
+			if _, err := p.w.Write(prefix[:k]); err != nil {
+				return seq, p.fail(err)
+			}
+			prefix, rest = prefix[k:], rest-k
+		}
+		if _, err := p.w.Write(body[:rest]); err != nil {
+			return seq, p.fail(err)
+		}
+		body = body[rest:]
+		p.bytesOut += int64(headerLen + n)
+		p.lastOut = seq
+		seq++
+		total -= n
+		if n < maxPayload {
+			return seq, nil
+		}
+	}
+}
+
+func (p *packetConn) flush() error { return p.fail(p.w.Flush()) }
+
+// copyPacket streams one physical packet from src to dst, rewriting its
+// sequence number by delta, without holding more than the read buffer. It
+// returns the payload length and the payload's first byte (0 if empty).
+func copyPacket(dst, src *packetConn, delta byte) (int, byte, error) {
+	n, seq, err := src.peekHeader()
+	if err != nil {
+		return 0, 0, err
+	}
+	var first byte
+	if n > 0 {
+		b, err := src.r.Peek(headerLen + 1)
+		if err != nil {
+			return 0, 0, src.fail(err)
+		}
+		first = b[headerLen]
+	}
+	h, _ := src.r.Peek(headerLen)
+	out := [headerLen]byte{h[0], h[1], h[2], seq + delta}
+	if _, err := dst.w.Write(out[:]); err != nil {
+		return 0, 0, dst.fail(err)
+	}
+	dst.lastOut = seq + delta
+	src.discard(headerLen)
+	if err := copyN(dst, src, n); err != nil {
+		return 0, 0, err
+	}
+	dst.bytesOut += int64(headerLen + n)
+	return n, first, nil
+}
+
+// copyN moves n bytes from src to dst through src's buffer, writing whatever
+// has arrived: no allocation, no intermediate copy, no waiting for a full
+// buffer.
+func copyN(dst, src *packetConn, n int) error {
+	for n > 0 {
+		if src.r.Buffered() == 0 {
+			if _, err := src.r.Peek(1); err != nil {
+				return src.fail(err)
+			}
+		}
+		b, _ := src.r.Peek(min(n, src.r.Buffered()))
+		if _, err := dst.w.Write(b); err != nil {
+			return dst.fail(err)
+		}
+		src.discard(len(b))
+		n -= len(b)
+	}
+	return nil
+}
+
+// upgradeTLS replaces the connection with a TLS one after the handshake
+// packets that negotiated it. Nothing may be left unread in the buffer: the
+// peer starts TLS right after its request.
+func (p *packetConn) upgradeTLS(tc *tls.Conn) error {
+	if p.r.Buffered() > 0 {
+		return p.fail(malformed("data after the TLS request"))
+	}
+	if err := p.flush(); err != nil {
+		return err
+	}
+	p.conn = tc
+	p.r.Reset(tc)
+	p.w.Reset(tc)
+	return nil
+}

@@ -1,0 +1,168 @@
+package proxy
+
+import (
+	"encoding/binary"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// Capability flags the proxy never offers: it cannot relay compressed
+// streams, and query attributes, optional result-set metadata and MariaDB's
+// extended capabilities (progress reports, bulk execution, cached metadata)
+// change packet layouts it must read.
+const (
+	clientProgressObsolete = 1 << 29 // MariaDB's old CLIENT_PROGRESS bit
+	unofferedCaps          = mysql.CLIENT_COMPRESS | mysql.CLIENT_ZSTD_COMPRESSION_ALGORITHM |
+		mysql.CLIENT_QUERY_ATTRIBUTES | mysql.CLIENT_OPTIONAL_RESULTSET_METADATA |
+		clientProgressObsolete | mysql.CLIENT_SSL_VERIFY_SERVER_CERT | mysql.CLIENT_REMEMBER_OPTIONS
+)
+
+// lenEnc decodes a length-encoded integer at the start of b. null is set for
+// 0xFB; n is the number of bytes used (0 when b is too short).
+func lenEnc(b []byte) (v uint64, n int, null bool) {
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	switch b[0] {
+	case 0xfb:
+		return 0, 1, true
+	case 0xfc:
+		if len(b) < 3 {
+			return 0, 0, false
+		}
+		return uint64(binary.LittleEndian.Uint16(b[1:])), 3, false
+	case 0xfd:
+		if len(b) < 4 {
+			return 0, 0, false
+		}
+		return uint64(b[1]) | uint64(b[2])<<8 | uint64(b[3])<<16, 4, false
+	case 0xfe:
+		if len(b) < 9 {
+			return 0, 0, false
+		}
+		return binary.LittleEndian.Uint64(b[1:]), 9, false
+	case 0xff:
+		return 0, 0, false
+	}
+	return uint64(b[0]), 1, false
+}
+
+func appendLenEnc(b []byte, v uint64) []byte {
+	switch {
+	case v < 0xfb:
+		return append(b, byte(v))
+	case v <= 0xffff:
+		return append(b, 0xfc, byte(v), byte(v>>8))
+	case v <= 0xffffff:
+		return append(b, 0xfd, byte(v), byte(v>>8), byte(v>>16))
+	}
+	return binary.LittleEndian.AppendUint64(append(b, 0xfe), v)
+}
+
+func appendLenEncString(b []byte, s string) []byte {
+	return append(appendLenEnc(b, uint64(len(s))), s...)
+}
+
+// okPacket is the part of an OK packet the proxy needs.
+type okPacket struct {
+	affectedRows uint64
+	lastInsertID uint64
+	status       uint16
+	warnings     uint16
+	infoOff      int // offset of the info field in the payload
+}
+
+// parseOK reads an OK packet payload (header 0x00, or 0xFE when it ends a
+// result set under CLIENT_DEPRECATE_EOF).
+func parseOK(p []byte) (okPacket, bool) {
+	var ok okPacket
+	if len(p) < 1 {
+		return ok, false
+	}
+	i := 1
+	v, n, _ := lenEnc(p[i:])
+	if n == 0 {
+		return ok, false
+	}
+	ok.affectedRows = v
+	i += n
+	if v, n, _ = lenEnc(p[i:]); n == 0 {
+		return ok, false
+	}
+	ok.lastInsertID = v
+	i += n
+	if len(p) < i+4 {
+		return ok, false
+	}
+	ok.status = binary.LittleEndian.Uint16(p[i:])
+	ok.warnings = binary.LittleEndian.Uint16(p[i+2:])
+	ok.infoOff = i + 4
+	return ok, true
+}
+
+// eofStatus returns the status flags of an EOF packet payload, or of the OK
+// packet that replaces it under CLIENT_DEPRECATE_EOF.
+func eofStatus(p []byte, deprecateEOF bool) (uint16, bool) {
+	if deprecateEOF && len(p) > 5 {
+		ok, valid := parseOK(p)
+		return ok.status, valid
+	}
+	if len(p) < 5 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(p[3:]), true
+}
+
+// isTerminator tells whether a packet starting with 0xFE ends a result set
+// (EOF, or OK under CLIENT_DEPRECATE_EOF) rather than being a row whose first
+// value has an 8-byte length, which makes it at least maxPayload long.
+func isTerminator(first byte, length int) bool {
+	return first == mysql.EOF_HEADER && length < maxPayload
+}
+
+// Error codes and states the proxy itself answers with.
+const (
+	erConCount         = 1040 // ER_CON_COUNT_ERROR: too many connections
+	erHandshake        = 1043 // ER_HANDSHAKE_ERROR
+	erAccessDenied     = 1045 // ER_ACCESS_DENIED_ERROR
+	erNotAllowed       = 1148 // ER_NOT_ALLOWED_COMMAND: statement refused
+	erNetPacketTooBig  = 1153 // ER_NET_PACKET_TOO_LARGE
+	erSecureTransport  = 3159 // ER_SECURE_TRANSPORT_REQUIRED
+	erSignal           = 1644 // ER_SIGNAL_EXCEPTION, what SIGNAL SQLSTATE '45000' gives: a stale write in on_stale: error
+	crConnHostError    = 2003 // CR_CONN_HOST_ERROR: backend unreachable
+	crServerLost       = 2013 // CR_SERVER_LOST: backend gone mid-command
+	crSSLConnection    = 2026 // CR_SSL_CONNECTION_ERROR
+	erUnknownComError  = 1047 // ER_UNKNOWN_COM_ERROR
+	erServerShutdown   = 1053 // ER_SERVER_SHUTDOWN
+	erNetReadInterrupt = 1159 // ER_NET_READ_INTERRUPTED
+)
+
+// errPayload builds an ERR packet payload (protocol 4.1 form).
+func errPayload(code uint16, state, msg string) []byte {
+	b := make([]byte, 0, 9+len(msg))
+	b = append(b, mysql.ERR_HEADER, byte(code), byte(code>>8), '#')
+	b = append(b, state[:5]...)
+	return append(b, msg...)
+}
+
+// errInfo is a decoded ERR packet.
+type errInfo struct {
+	code  uint16
+	state string
+	msg   string
+}
+
+func parseErr(p []byte) errInfo {
+	var e errInfo
+	if len(p) < 3 {
+		return e
+	}
+	e.code = binary.LittleEndian.Uint16(p[1:])
+	rest := p[3:]
+	if len(rest) >= 6 && rest[0] == '#' {
+		e.state = string(rest[1:6])
+		rest = rest[6:]
+	}
+	e.msg = string(rest)
+	return e
+}

@@ -1,0 +1,275 @@
+// Package proxy is fenceproxy's MySQL wire-protocol layer: it accepts
+// clients, relays their authentication to the backend without knowing any
+// password, and relays every command, asking package rewrite what to send
+// for statements that may write protected tables.
+//
+// One backend connection serves one client connection for its whole life:
+// user variables, transactions, temporary tables and prepared statements are
+// session state, so there is no pooling.
+package proxy
+
+import (
+	"context"
+	"crypto/rsa"
+	"crypto/tls"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Rewriter is what the proxy asks about every statement: package rewrite's
+// Engine.
+type Rewriter interface {
+	Query(sql []byte, srv rewrite.Server, sess *rewrite.Session) rewrite.Decision
+	Prepare(sql []byte, srv rewrite.Server, sess *rewrite.Session) rewrite.Decision
+}
+
+// Proxy is a fenceproxy server. Create it with New, feed it listeners with
+// Serve, update its configuration with Update, stop it with Shutdown.
+type Proxy struct {
+	logger  *slog.Logger
+	metrics *Metrics
+	audit   *audit.Log
+	adminDB *sql.DB // the proxy's own backend account (backend.user), nil if none
+
+	rt atomic.Pointer[runtime]
+
+	backendAddr string
+	backendTLS  *tls.Config // nil: plain
+	backendMode string
+	clientTLS   *tls.Config // nil: TLS not offered to clients
+
+	rsaOnce sync.Once
+	rsaKey  *rsa.PrivateKey
+	rsaErr  error
+
+	mu        sync.Mutex
+	conns     map[*clientConn]struct{}
+	listeners map[net.Listener]struct{}
+	draining  atomic.Bool
+	done      chan struct{} // closed when draining starts
+	nextID    atomic.Uint64
+	active    atomic.Int64
+	wg        sync.WaitGroup
+}
+
+// runtime is what a configuration reload replaces as one unit.
+type runtime struct {
+	cfg    *policy.Config
+	policy *policy.Policy
+	engine Rewriter // nil when no table is protected
+}
+
+// Options are the proxy's collaborators.
+type Options struct {
+	Logger  *slog.Logger
+	Metrics *Metrics   // nil: unregistered collectors
+	Audit   *audit.Log // nil: memory only
+	// AdminDB is a pool on the proxy's own backend account (backend.user):
+	// lease functions change leases through it. nil: they run in the
+	// client's session.
+	AdminDB *sql.DB
+}
+
+// New builds a proxy for cfg. The backend and TLS settings are fixed for the
+// proxy's life; Update changes the rest.
+func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
+	p := &Proxy{
+		logger:      opts.Logger,
+		metrics:     opts.Metrics,
+		audit:       opts.Audit,
+		adminDB:     opts.AdminDB,
+		backendAddr: cfg.Backend.Address,
+		backendMode: cfg.Backend.TLS,
+		conns:       map[*clientConn]struct{}{},
+		listeners:   map[net.Listener]struct{}{},
+		done:        make(chan struct{}),
+	}
+	if p.logger == nil {
+		p.logger = slog.Default()
+	}
+	if p.metrics == nil {
+		p.metrics = NewMetrics(nil)
+	}
+	if p.audit == nil {
+		p.audit, _ = audit.Open("", 256)
+	}
+	var err error
+	if p.backendTLS, err = backendTLSConfig(cfg.Backend); err != nil {
+		return nil, err
+	}
+	if p.clientTLS, err = clientTLSConfig(cfg.ClientTLS); err != nil {
+		return nil, err
+	}
+	p.Update(cfg, pol)
+	return p, nil
+}
+
+// Update installs a new configuration for connections and statements from
+// now on. Statements already being processed finish under the old one.
+func (p *Proxy) Update(cfg *policy.Config, pol *policy.Policy) {
+	rt := &runtime{cfg: cfg, policy: pol}
+	if pol != nil && len(pol.Tables) > 0 {
+		rt.engine = newRewriter(pol, cfg.Limits.RewriteCache)
+	}
+	p.rt.Store(rt)
+}
+
+// Audit returns the proxy's audit log.
+func (p *Proxy) Audit() *audit.Log { return p.audit }
+
+// Serve accepts connections on l until l is closed or Shutdown is called.
+func (p *Proxy) Serve(l net.Listener) error {
+	p.mu.Lock()
+	if p.draining.Load() {
+		p.mu.Unlock()
+		return net.ErrClosed
+	}
+	p.listeners[l] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.listeners, l)
+		p.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if p.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: back off and retry,
+				// as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				p.logger.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		p.startConn(nc)
+	}
+}
+
+func (p *Proxy) startConn(nc net.Conn) {
+	rt := p.rt.Load()
+	c := newClientConn(p, nc, p.nextID.Add(1))
+	p.metrics.ConnectionsTotal.Inc()
+	limit := rt.cfg.MaxConnections
+	p.mu.Lock()
+	if p.draining.Load() {
+		p.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if limit > 0 && len(p.conns) >= limit {
+		p.mu.Unlock()
+		p.metrics.ConnectionsRejected.WithLabelValues("max_connections").Inc()
+		// A server at max_connections answers with this ERR instead of a
+		// handshake; clients know it.
+		c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		c.client.writePacket(0, errPayload(erConCount, "08004", "Too many connections"))
+		c.client.flush()
+		nc.Close()
+		return
+	}
+	p.conns[c] = struct{}{}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	p.metrics.ConnectionsActive.Inc()
+	go func() {
+		defer p.wg.Done()
+		defer p.metrics.ConnectionsActive.Dec()
+		defer func() {
+			p.mu.Lock()
+			delete(p.conns, c)
+			p.mu.Unlock()
+		}()
+		c.serve(rt)
+	}()
+}
+
+// Shutdown stops accepting, lets every connection finish its command in
+// flight and any open transaction, closes each one as soon as it is idle,
+// and force-closes what remains when ctx ends.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.draining.Swap(true) {
+		close(p.done)
+	}
+	for l := range p.listeners {
+		l.Close()
+	}
+	for c := range p.conns {
+		c.wake()
+	}
+	p.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { p.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	n := len(p.conns)
+	for c := range p.conns {
+		c.forceClose()
+	}
+	p.mu.Unlock()
+	<-finished
+	return fmt.Errorf("shutdown deadline: force-closed %d connections", n)
+}
+
+// Close closes everything at once.
+func (p *Proxy) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.Shutdown(ctx)
+	return nil
+}
+
+// ActiveConnections is the number of client connections open.
+func (p *Proxy) ActiveConnections() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// CheckBackend tells whether the backend accepts connections: it dials and
+// reads the server's greeting. Over a non-loopback address every such probe
+// counts as an aborted connect toward the server's max_connect_errors, so
+// prefer a real login (backend.user) for frequent readiness checks.
+func (p *Proxy) CheckBackend(ctx context.Context) error {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", p.backendAddr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	pc := newPacketConn(backendSide, nc)
+	pkt, _, err := pc.readPacket(nil, 1<<16)
+	if err != nil {
+		return fmt.Errorf("no greeting from %s: %w", p.backendAddr, err)
+	}
+	if len(pkt) > 0 && pkt[0] == 0xff {
+		return fmt.Errorf("backend %s refuses connections: %s", p.backendAddr, parseErr(pkt).msg)
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// maxKeptBuffer bounds the scratch buffer a connection keeps between
+// commands; a larger one (a huge statement) is dropped after use.
+const maxKeptBuffer = 1 << 20
+
+// readCommand returns the payload of the client's current command packet:
+// in place when it fits the read buffer (consume it with consume), else
+// read into c.buf up to limit bytes. A larger statement is consumed and
+// answered with an error, and payload is nil.
+func (c *clientConn) readCommand(limit int) (payload []byte, inPlace bool, err error) {
+	pkt, ok, err := c.client.peekPacket()
+	if err != nil {
+		return nil, false, err
+	}
+	if ok {
+		return pkt[headerLen:], true, nil
+	}
+	payload, c.cmdSeq, err = c.client.readPacket(c.buf[:0], limit+1)
+	if errors.Is(err, errTooLarge) {
+		return nil, false, c.sendError(erNetPacketTooBig, "08S01", fmt.Sprintf(
+			"fenceproxy: statement larger than limits.max_query_bytes (%d bytes): it cannot be checked for protected tables", limit))
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if cap(payload) <= maxKeptBuffer {
+		c.buf = payload[:0]
+	}
+	return payload, false, nil
+}
+
+// consumeCommand drops the current command packet if it is still unread.
+func (c *clientConn) consumeCommand(payload []byte, inPlace bool) {
+	if inPlace {
+		c.client.discard(headerLen + len(payload))
+	}
+}
+
+// sendOriginal forwards the client's command as it came.
+func (c *clientConn) sendOriginal(payload []byte, inPlace bool) error {
+	if inPlace {
+		return c.forwardCommand()
+	}
+	if _, err := c.backend.writePacket(0, payload); err != nil {
+		return err
+	}
+	return c.backend.flush()
+}
+
+// sendRewritten sends cmd+sql in place of the client's command and aligns
+// the response's sequence numbers with what the client expects.
+func (c *clientConn) sendRewritten(cmd byte, sql []byte) error {
+	next, err := c.backend.writeCommand(0, []byte{cmd}, sql)
+	if err != nil {
+		return err
+	}
+	c.seqDelta = c.cmdSeq - (next - 1)
+	return c.backend.flush()
+}
+
+// comQuery handles COM_QUERY: ask the rewriter, then forward, send the
+// fenced text, refuse, or answer a lease function.
+func (c *clientConn) comQuery(rt *runtime) error {
+	if rt.engine == nil {
+		if err := c.forwardCommand(); err != nil {
+			return err
+		}
+		return c.relayResults(nil)
+	}
+	payload, inPlace, err := c.readCommand(rt.cfg.Limits.MaxQueryBytes)
+	if payload == nil {
+		return err
+	}
+	d := rt.engine.Query(payload[1:], c.srv, &c.sess)
+	if d.Action == rewrite.Forward && d.Stmts == nil {
+		// The hot path: nothing here concerns fencing.
+		c.p.metrics.stmtForwarded.Inc()
+		if err := c.sendOriginal(payload, inPlace); err != nil {
+			return err
+		}
+		return c.relayResults(nil)
+	}
+	switch d.Action {
+	case rewrite.Refuse:
+		sql := string(payload[1:])
+		c.consumeCommand(payload, inPlace)
+		return c.refuse(rt, d.Refusal, sql)
+	case rewrite.Answer:
+		c.consumeCommand(payload, inPlace)
+		return c.answerLeaseCall(rt, d.Call, nil)
+	case rewrite.Send:
+		c.p.metrics.stmtFenced.Inc()
+		c.consumeCommand(payload, inPlace)
+		if rt.policy.OnStale == onStaleError && len(d.Stmts) > 1 && hasWrite(d.Stmts) {
+			return c.runOneByOne(rt, d.SQL, d.Stmts)
+		}
+		if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
+			return err
+		}
+	default: // Forward, with statements to follow (session effects, shadow mode)
+		if hasWrite(d.Stmts) {
+			c.p.metrics.stmtFenced.Inc()
+		} else {
+			c.p.metrics.stmtForwarded.Inc()
+		}
+		if err := c.sendOriginal(payload, inPlace); err != nil {
+			return err
+		}
+	}
+	t := newTracker(c, rt, d.Stmts, len(d.Stmts) == 1)
+	if err := c.relayResults(t); err != nil {
+		return err
+	}
+	return t.finish()
+}
+
+// comPrepare handles COM_STMT_PREPARE: the statement is fenced once and the
+// fence is evaluated at every execution.
+func (c *clientConn) comPrepare(rt *runtime) error {
+	if rt.engine == nil {
+		if err := c.forwardCommand(); err != nil {
+			return err
+		}
+		_, _, _, err := c.relayPrepareResponse()
+		return err
+	}
+	payload, inPlace, err := c.readCommand(rt.cfg.Limits.MaxQueryBytes)
+	if payload == nil {
+		return err
+	}
+	d := rt.engine.Prepare(payload[1:], c.srv, &c.sess)
+	switch d.Action {
+	case rewrite.Refuse:
+		sql := string(payload[1:])
+		c.consumeCommand(payload, inPlace)
+		return c.refuse(rt, d.Refusal, sql)
+	case rewrite.Answer:
+		c.consumeCommand(payload, inPlace)
+		return c.prepareLeaseCall(rt, d.Call)
+	case rewrite.Send:
+		c.p.metrics.stmtFenced.Inc()
+		c.consumeCommand(payload, inPlace)
+		if err := c.sendRewritten(mysql.COM_STMT_PREPARE, d.SQL); err != nil {
+			return err
+		}
+	default:
+		c.p.metrics.stmtForwarded.Inc()
+		if err := c.sendOriginal(payload, inPlace); err != nil {
+			return err
+		}
+	}
+	id, _, ok, err := c.relayPrepareResponse()
+	if err != nil || !ok {
+		return err
+	}
+	if f := writeFence(d.Stmts); f != nil {
+		if c.prepared == nil {
+			c.prepared = map[uint32]*preparedStmt{}
+		}
+		c.prepared[id] = &preparedStmt{fence: f}
+	} else {
+		delete(c.prepared, id)
+	}
+	return nil
+}
+
+// comExecute handles COM_STMT_EXECUTE; only fenced statements and lease
+// calls need more than a relay.
+func (c *clientConn) comExecute(rt *runtime, head []byte) error {
+	var ps *preparedStmt
+	if len(head) >= headerLen+5 && c.prepared != nil {
+		ps = c.prepared[binary.LittleEndian.Uint32(head[headerLen+1:])]
+	}
+	if ps == nil {
+		if err := c.forwardCommand(); err != nil {
+			return err
+		}
+		return c.relayResults(nil)
+	}
+	if ps.call != nil {
+		return c.executeLeaseCall(rt, ps)
+	}
+	if err := c.forwardCommand(); err != nil {
+		return err
+	}
+	t := newTracker(c, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: ps.fence}}, true)
+	if err := c.relayResults(t); err != nil {
+		return err
+	}
+	return t.finish()
+}
+
+func hasWrite(stmts []rewrite.Stmt) bool { return writeFence(stmts) != nil }
+
+// writeFence returns the fence of the first protected write among stmts.
+func writeFence(stmts []rewrite.Stmt) *rewrite.Fence {
+	for i := range stmts {
+		if stmts[i].Kind == rewrite.Write && stmts[i].Fence != nil {
+			return stmts[i].Fence
+		}
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+package proxy
+
+import (
+	"encoding/binary"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// The relay reads only framing: packet headers, first bytes and status
+// flags, to know where each response ends. Row data streams through.
+
+// forwardCommand sends the command packet the client just sent (still
+// unread in the client buffer) to the backend unchanged, streaming
+// continuation packets.
+func (c *clientConn) forwardCommand() error {
+	for {
+		n, _, err := copyPacket(c.backend, c.client, 0)
+		if err != nil {
+			return err
+		}
+		if n < maxPayload {
+			return c.backend.flush()
+		}
+	}
+}
+
+// relayPacket copies one backend packet to the client with the command's
+// sequence offset.
+func (c *clientConn) relayPacket() (int, error) {
+	c.respStarted = true
+	n, _, err := copyPacket(c.client, c.backend, c.seqDelta)
+	return n, err
+}
+
+// peekBackend returns the next backend packet's payload in place when it is
+// small (ok), else just its length; a large packet is streamed by
+// relayPacket.
+func (c *clientConn) peekBackend() (payload []byte, length int, ok bool, err error) {
+	pkt, ok, err := c.backend.peekPacket()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if !ok {
+		n, _, err := c.backend.peekHeader()
+		return nil, n, false, err
+	}
+	return pkt[headerLen:], len(pkt) - headerLen, true, nil
+}
+
+// takeBackendPacket consumes the backend packet just peeked (payload of n
+// bytes) after the caller has copied or replaced it.
+func (c *clientConn) takeBackendPacket(n int) { c.backend.discard(headerLen + n) }
+
+// result is one statement result seen in a response: an OK, an ERR, or a
+// result set (ok then holds the terminator's status).
+type result struct {
+	isErr bool
+	isSet bool
+	ok    okPacket
+	err   errInfo
+}
+
+// resultHook lets the fencing layer watch and amend results; nil on the hot
+// path.
+type resultHook interface {
+	// okPacket is called for every OK packet that ends a statement, before
+	// it is written. It may return a replacement payload (same sequence
+	// number), or hold=true for the final packet of the response, which is
+	// then copied to c.held instead of being written.
+	okPacket(idx int, payload []byte, ok okPacket, final bool) (replace []byte, hold bool)
+	// result is called for every result, in order.
+	result(idx int, r result)
+}
+
+// relayResults streams the response to COM_QUERY or COM_STMT_EXECUTE: one or
+// more results chained by SERVER_MORE_RESULTS_EXISTS.
+func (c *clientConn) relayResults(hook resultHook) error {
+	for idx := 0; ; idx++ {
+		payload, n, small, err := c.peekBackend()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return c.backend.fail(malformed("empty response packet"))
+		}
+		if !small {
+			// Only a result set's column count can start a response, and it
+			// is never that long.
+			return c.backend.fail(malformed("oversized response header"))
+		}
+		switch payload[0] {
+		case mysql.OK_HEADER:
+			ok, valid := parseOK(payload)
+			if !valid {
+				return c.backend.fail(malformed("OK packet"))
+			}
+			c.noteStatus(ok.status)
+			more := ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0
+			if hook != nil {
+				replace, hold := hook.okPacket(idx, payload, ok, !more)
+				switch {
+				case hold && !more:
+					c.holdBackendPacket(n)
+				case replace != nil:
+					_, seq, _ := c.backend.peekHeader()
+					c.respStarted = true
+					if _, err := c.client.writePacket(seq+c.seqDelta, replace); err != nil {
+						return err
+					}
+					c.takeBackendPacket(n)
+				default:
+					if _, err := c.relayPacket(); err != nil {
+						return err
+					}
+				}
+				hook.result(idx, result{ok: ok})
+			} else if _, err := c.relayPacket(); err != nil {
+				return err
+			}
+			if !more {
+				return nil
+			}
+		case mysql.ERR_HEADER:
+			if hook != nil {
+				hook.result(idx, result{isErr: true, err: parseErr(payload)})
+			}
+			c.lastWasErr = true
+			_, err := c.relayPacket()
+			return err
+		case mysql.LocalInFile_HEADER:
+			if err := c.relayLocalInfile(); err != nil {
+				return err
+			}
+			idx-- // the OK or ERR that follows is this statement's result
+		case mysql.EOF_HEADER:
+			// COM_DEBUG and a few others answer with a bare EOF.
+			st, _ := eofStatus(payload, false)
+			c.noteStatus(st)
+			_, err := c.relayPacket()
+			return err
+		default:
+			cols, k, _ := lenEnc(payload)
+			if k == 0 {
+				return c.backend.fail(malformed("column count"))
+			}
+			st, err := c.relayResultSet(cols)
+			if err != nil {
+				return err
+			}
+			if hook != nil {
+				hook.result(idx, result{isSet: true, ok: okPacket{status: st}})
+			}
+			if st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// relayResultSet streams a result set whose column-count packet is next:
+// column definitions, the metadata EOF (unless CLIENT_DEPRECATE_EOF), rows,
+// and the terminator, whose status flags it returns. A statement that
+// opened a cursor ends after the metadata; under CLIENT_DEPRECATE_EOF it is
+// then followed directly by a terminator carrying SERVER_STATUS_CURSOR_EXISTS,
+// which relayRows handles like an empty result.
+func (c *clientConn) relayResultSet(cols uint64) (uint16, error) {
+	if _, err := c.relayPacket(); err != nil { // column count
+		return 0, err
+	}
+	for i := uint64(0); i < cols; i++ {
+		if _, err := c.relayPacket(); err != nil {
+			return 0, err
+		}
+	}
+	if !c.deprecateEOF {
+		payload, _, small, err := c.peekBackend()
+		if err != nil {
+			return 0, err
+		}
+		if !small || len(payload) == 0 || payload[0] != mysql.EOF_HEADER {
+			return 0, c.backend.fail(malformed("expected EOF after column definitions"))
+		}
+		st, _ := eofStatus(payload, false)
+		if _, err := c.relayPacket(); err != nil {
+			return 0, err
+		}
+		if st&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
+			c.noteStatus(st)
+			return st, nil
+		}
+	}
+	return c.relayRows()
+}
+
+// relayRows streams rows until the terminator (EOF, or OK with 0xFE) or an
+// ERR, and returns the terminator's status flags.
+func (c *clientConn) relayRows() (uint16, error) {
+	for {
+		n, _, err := c.backend.peekHeader()
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 && n < maxPayload && headerLen+n <= c.backend.r.Size() {
+			pkt, err := c.backend.r.Peek(headerLen + 1)
+			if err != nil {
+				return 0, c.backend.fail(err)
+			}
+			switch pkt[headerLen] {
+			case mysql.EOF_HEADER:
+				full, err := c.backend.r.Peek(headerLen + n)
+				if err != nil {
+					return 0, c.backend.fail(err)
+				}
+				st, valid := eofStatus(full[headerLen:], c.deprecateEOF)
+				if !valid {
+					return 0, c.backend.fail(malformed("result set terminator"))
+				}
+				c.noteStatus(st)
+				if c.forceMore && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+					return st, c.relayWithMore(full, n)
+				}
+				_, err = c.relayPacket()
+				return st, err
+			case mysql.ERR_HEADER:
+				c.lastWasErr = true
+				_, err := c.relayPacket()
+				return 0, err
+			}
+		}
+		// A row, possibly split over several packets: stream each part.
+		for {
+			n, err := c.relayPacket()
+			if err != nil {
+				return 0, err
+			}
+			if n < maxPayload {
+				break
+			}
+		}
+	}
+}
+
+// relayLocalInfile handles LOAD DATA LOCAL: the server's request goes to the
+// client, the file's packets come back until an empty one.
+func (c *clientConn) relayLocalInfile() error {
+	if _, err := c.relayPacket(); err != nil {
+		return err
+	}
+	if err := c.client.flush(); err != nil {
+		return err
+	}
+	for {
+		n, _, err := copyPacket(c.backend, c.client, -c.seqDelta)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return c.backend.flush()
+		}
+	}
+}
+
+// relayPrepareResponse streams the response to COM_STMT_PREPARE and returns
+// the statement id and parameter count (ok=false on ERR).
+func (c *clientConn) relayPrepareResponse() (stmtID uint32, params uint16, ok bool, err error) {
+	payload, _, small, err := c.peekBackend()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if !small || len(payload) < 1 {
+		return 0, 0, false, c.backend.fail(malformed("prepare response"))
+	}
+	if payload[0] == mysql.ERR_HEADER {
+		_, err := c.relayPacket()
+		return 0, 0, false, err
+	}
+	if payload[0] != mysql.OK_HEADER || len(payload) < 12 {
+		return 0, 0, false, c.backend.fail(malformed("prepare OK"))
+	}
+	stmtID = uint32(payload[1]) | uint32(payload[2])<<8 | uint32(payload[3])<<16 | uint32(payload[4])<<24
+	cols := uint16(payload[5]) | uint16(payload[6])<<8
+	params = uint16(payload[7]) | uint16(payload[8])<<8
+	if _, err := c.relayPacket(); err != nil {
+		return 0, 0, false, err
+	}
+	for _, k := range [2]uint16{params, cols} {
+		if k == 0 {
+			continue
+		}
+		for i := 0; i < int(k); i++ {
+			if _, err := c.relayPacket(); err != nil {
+				return 0, 0, false, err
+			}
+		}
+		if !c.deprecateEOF {
+			if _, err := c.relayPacket(); err != nil {
+				return 0, 0, false, err
+			}
+		}
+	}
+	return stmtID, params, true, nil
+}
+
+// relayOne streams exactly one packet: COM_STATISTICS's string, or the lone
+// OK or ERR that answers most commands.
+func (c *clientConn) relayOne() (isOK bool, err error) {
+	payload, _, small, err := c.peekBackend()
+	if err != nil {
+		return false, err
+	}
+	if small && len(payload) > 0 && payload[0] == mysql.OK_HEADER {
+		if ok, valid := parseOK(payload); valid {
+			c.noteStatus(ok.status)
+			isOK = true
+		}
+	}
+	_, err = c.relayPacket()
+	return isOK, err
+}
+
+// relayWithMore relays a result set's final terminator (pkt, payload of n
+// bytes, peeked) with SERVER_MORE_RESULTS_EXISTS set: the proxy runs the
+// next statement of the client's packet itself.
+func (c *clientConn) relayWithMore(pkt []byte, n int) error {
+	out := append([]byte(nil), pkt[headerLen:]...)
+	if c.deprecateEOF {
+		if ok, valid := parseOK(out); valid {
+			binary.LittleEndian.PutUint16(out[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
+		}
+	} else {
+		binary.LittleEndian.PutUint16(out[3:], binary.LittleEndian.Uint16(out[3:])|mysql.SERVER_MORE_RESULTS_EXISTS)
+	}
+	seq := pkt[3] + c.seqDelta
+	c.takeBackendPacket(n)
+	c.respStarted = true
+	_, err := c.client.writePacket(seq, out)
+	return err
+}

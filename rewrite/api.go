@@ -1,0 +1,216 @@
+// Package rewrite decides, for each statement a client sends, whether the
+// proxy relays it untouched, sends a fenced version, or refuses it. It is
+// pure: no I/O, no clocks, no globals that change.
+//
+// The proxy calls Engine.Query for every COM_QUERY and Engine.Prepare for
+// every COM_STMT_PREPARE. Statements that mention no protected table name
+// (and none of the few keywords the session must track) take a lexical fast
+// path that neither allocates nor parses.
+package rewrite
+
+// Flavor is the server family, learned from the handshake's version string.
+type Flavor uint8
+
+const (
+	MySQL Flavor = iota
+	MariaDB
+	TiDB
+)
+
+func (f Flavor) String() string {
+	switch f {
+	case MariaDB:
+		return "mariadb"
+	case TiDB:
+		return "tidb"
+	}
+	return "mysql"
+}
+
+// Server is what the rewriter must know of the backend: its family decides
+// the fence shape, its version which executable comments are live.
+type Server struct {
+	Flavor  Flavor
+	Version uint32 // major*10000 + minor*100 + patch: 101119 for 10.11.19, 80036 for 8.0.36
+}
+
+// Tri is a session fact that may be unknown to the proxy.
+type Tri uint8
+
+const (
+	Unknown Tri = iota
+	Off
+	On
+)
+
+// Session is the per-connection state that changes how a statement reads.
+type Session struct {
+	Schema string // current database; "" = none selected
+
+	// ANSIQuotes: whether `"` quotes identifiers (sql_mode ANSI_QUOTES).
+	// Unknown until the client sets sql_mode to a literal; when unknown, a
+	// statement that needs rewriting and contains `"` is analysed both ways
+	// and refused if the two readings differ.
+	ANSIQuotes Tri
+	// NoBackslashEscapes: sql_mode NO_BACKSLASH_ESCAPES. The proxy knows it
+	// from every OK/EOF status flag; Unknown is handled as for ANSIQuotes.
+	NoBackslashEscapes Tri
+	// UnsafeCharset: the client character set may carry quote or backslash
+	// bytes inside multibyte characters (big5, cp932, gbk, sjis, gb18030) or
+	// is unknown. Then a statement that needs rewriting and contains a byte
+	// >= 0x80 is refused (pure ASCII reads the same in every such charset).
+	UnsafeCharset bool
+}
+
+// Action is what the proxy does with a packet.
+type Action uint8
+
+const (
+	// Forward: relay the client's bytes unchanged.
+	Forward Action = iota
+	// Send: send Decision.SQL instead of the client's text.
+	Send
+	// Refuse: send nothing of the packet to the server; answer the client
+	// with Decision.Refusal as an ERR packet.
+	Refuse
+	// Answer: a SQL lease function (Decision.Call) the proxy answers itself.
+	Answer
+)
+
+// Decision is the rewriter's verdict on one COM_QUERY or COM_STMT_PREPARE.
+//
+// Decisions may be shared between callers through the cache: treat every
+// field, slice and pointer as read-only.
+type Decision struct {
+	Action  Action
+	SQL     []byte     // Action == Send: the text to send
+	Refusal *Refusal   // Action == Refuse
+	Call    *LeaseCall // Action == Answer
+
+	// Stmts describes the packet's statements in order, one per statement
+	// the server will execute (so Stmts[i] goes with the i-th result), but
+	// only when at least one of them matters to the proxy (a protected
+	// write, or a session effect: USE, sql_mode, character set, PREPARE,
+	// EXECUTE, DEALLOCATE). Nil otherwise.
+	Stmts []Stmt
+}
+
+// StmtKind classifies a statement for the proxy's bookkeeping.
+type StmtKind uint8
+
+const (
+	Other      StmtKind = iota
+	Write               // writes a protected table: see Stmt.Fence
+	Use                 // USE schema: Stmt.Schema
+	SetSQLMode          // changes session sql_mode: Stmt.ANSIQuotes, Stmt.NoBackslashEscapes (Unknown if not a literal)
+	SetCharset          // changes character_set_client: Stmt.UnsafeCharset
+	Prepare             // SQL-level PREPARE Stmt.Name FROM '...': Stmt.Fence is the inner statement's (nil if not a protected write)
+	Execute             // SQL-level EXECUTE Stmt.Name: the proxy looks up what was prepared under that name
+	Deallocate          // DEALLOCATE/DROP PREPARE Stmt.Name
+	Call                // CALL: its response is any number of result sets, then one OK or ERR
+)
+
+// Stmt is one statement of a packet.
+type Stmt struct {
+	Kind StmtKind
+
+	// Span is the statement's byte range [start, end) in the text the proxy
+	// sends (Decision.SQL for Send, the client's text for Forward), without
+	// the separating ';'. The proxy uses it to run the statements of a
+	// multi-statement packet one at a time when on_stale is error.
+	Span [2]int
+
+	Fence *Fence // Kind Write (or Prepare of a protected write)
+
+	Schema             string // Kind Use
+	ANSIQuotes         Tri    // Kind SetSQLMode
+	NoBackslashEscapes Tri    // Kind SetSQLMode
+	UnsafeCharset      bool   // Kind SetCharset (and Kind SetSQLMode when SetsCharset)
+	Name               string // Kind Prepare, Execute, Deallocate: lower-cased statement name
+
+	// SetsCharset: a Kind SetSQLMode statement that also changes
+	// character_set_client (SET NAMES gbk, sql_mode = ''): apply
+	// UnsafeCharset as for Kind SetCharset.
+	SetsCharset bool
+
+	// Prepared: for Kind Prepare, what executing the prepared statement
+	// does (its Kind Write with Fence, or SetSQLMode / SetCharset with their
+	// effects); nil when it matters to nobody. EXECUTE of that name has
+	// this effect.
+	Prepared *Stmt
+
+	// StripInfo: the fence turned a single-row INSERT/REPLACE ... VALUES or
+	// SET into INSERT ... SELECT; the server's OK then carries an info string
+	// ("Records: 1  Duplicates: 0  Warnings: 0") that the original would not
+	// have had, and the proxy removes it.
+	StripInfo bool
+}
+
+// Fence describes a protected write: which tables, under which leases.
+type Fence struct {
+	Targets []Target
+	// Digest is the statement with every literal replaced by '?', for audit
+	// records: never the literals themselves.
+	Digest string
+}
+
+// Target is one protected table a statement writes.
+type Target struct {
+	Schema string
+	Table  string
+	Lease  string // the table's fixed lease; "" = the session's lease variable
+}
+
+// Refusal says why a statement was not sent and what to do instead.
+type Refusal struct {
+	Table  string // schema.table concerned, "" if none in particular
+	Reason string // one sentence: why, and what to do
+}
+
+func (r *Refusal) Error() string {
+	if r.Table != "" {
+		return "fenceproxy refused a statement on protected table " + r.Table + ": " + r.Reason
+	}
+	return "fenceproxy refused a statement: " + r.Reason
+}
+
+// LeaseFunc is one of the SQL lease functions the proxy answers.
+type LeaseFunc uint8
+
+const (
+	FenceAcquire LeaseFunc = iota + 1 // fence_acquire('name', ttl_seconds)
+	FenceRenew                        // fence_renew(ttl_seconds)
+	FenceRelease                      // fence_release()
+	FenceStatus                       // fence_status()
+)
+
+func (f LeaseFunc) String() string {
+	switch f {
+	case FenceAcquire:
+		return "fence_acquire"
+	case FenceRenew:
+		return "fence_renew"
+	case FenceRelease:
+		return "fence_release"
+	case FenceStatus:
+		return "fence_status"
+	}
+	return "?"
+}
+
+// LeaseCall is a `SELECT fence_xxx(args)` statement, the only shape in which
+// the lease functions may be called.
+type LeaseCall struct {
+	Func   LeaseFunc
+	Args   []Arg  // in order
+	Column string // the result column's name as the server would report it: the call's text as written, e.g. "fence_acquire('job', 30)", or the alias if `AS alias` was given
+}
+
+// Arg is one argument of a lease call: a literal, or a '?' placeholder
+// (prepared statements) whose value arrives with COM_STMT_EXECUTE.
+type Arg struct {
+	Placeholder bool
+	Null        bool
+	String      string // literal value, unescaped (numbers as written)
+	IsNumber    bool
+}
