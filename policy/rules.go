@@ -121,16 +121,21 @@ func checkLeaseTable(name string) string {
 
 // checkLease checks a fixed lease name. The rewriter inlines it as a plain
 // single-quoted literal, so it must read the same under every sql_mode and
-// character set: printable ASCII without quotes or backslash.
+// character set: printable ASCII without quotes or backslash; and without
+// '?', which a prepared statement would count as a placeholder. The lease
+// table's utf8mb4_bin collation ignores trailing spaces, so none at the end.
 func checkLease(lease string) string {
 	if lease == "" || len(lease) > maxLeaseName {
 		return fmt.Sprintf("a fixed lease name has 1 to %d bytes (omit lease to use the session's variable)", maxLeaseName)
 	}
 	for i := 0; i < len(lease); i++ {
 		c := lease[i]
-		if c < 0x20 || c > 0x7e || c == '\'' || c == '"' || c == '\\' || c == '`' {
-			return fmt.Sprintf("%q: a fixed lease name may contain only printable ASCII without ' \" \\ or `", lease)
+		if c < 0x20 || c > 0x7e || c == '\'' || c == '"' || c == '\\' || c == '`' || c == '?' {
+			return fmt.Sprintf("%q: a fixed lease name may contain only printable ASCII without ' \" \\ ` or ?", lease)
 		}
+	}
+	if lease[len(lease)-1] == ' ' {
+		return fmt.Sprintf("%q: a fixed lease name may not end with a space (the lease table's collation ignores trailing spaces)", lease)
 	}
 	return ""
 }

@@ -154,11 +154,15 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 		{"fixed lease too long", "tables:\n  - name: a.b\n    lease: " + strings.Repeat("x", 192) + "\n",
 			`3:12: tables[0].lease: a fixed lease name has 1 to 191 bytes (omit lease to use the session's variable)`},
 		{"fixed lease with a quote", "tables:\n  - name: a.b\n    lease: \"it's\"\n",
-			`3:12: tables[0].lease: "it's": a fixed lease name may contain only printable ASCII without ' " \ or ` + "`"},
+			`3:12: tables[0].lease: "it's": a fixed lease name may contain only printable ASCII without ' " \ ` + "`" + ` or ?`},
 		{"fixed lease with a backslash", "tables:\n  - name: a.b\n    lease: 'a\\b'\n",
-			`3:12: tables[0].lease: "a\\b": a fixed lease name may contain only printable ASCII without ' " \ or ` + "`"},
+			`3:12: tables[0].lease: "a\\b": a fixed lease name may contain only printable ASCII without ' " \ ` + "`" + ` or ?`},
+		{"fixed lease with a placeholder mark", "tables:\n  - name: a.b\n    lease: job?\n",
+			`3:12: tables[0].lease: "job?": a fixed lease name may contain only printable ASCII without ' " \ ` + "`" + ` or ?`},
+		{"fixed lease with a trailing space", "tables:\n  - name: a.b\n    lease: \"job \"\n",
+			`3:12: tables[0].lease: "job ": a fixed lease name may not end with a space (the lease table's collation ignores trailing spaces)`},
 		{"fixed lease non-ASCII", "tables:\n  - name: a.b\n    lease: jöb\n",
-			`3:12: tables[0].lease: "jöb": a fixed lease name may contain only printable ASCII without ' " \ or ` + "`"},
+			`3:12: tables[0].lease: "jöb": a fixed lease name may contain only printable ASCII without ' " \ ` + "`" + ` or ?`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
