@@ -57,8 +57,11 @@ type Session struct {
 	NoBackslashEscapes Tri
 	// UnsafeCharset: the client character set may carry quote or backslash
 	// bytes inside multibyte characters (big5, cp932, gbk, sjis, gb18030) or
-	// is unknown. Then a statement that needs rewriting and contains a byte
-	// >= 0x80 is refused (pure ASCII reads the same in every such charset).
+	// is unknown. The ASCII bytes that can follow a multibyte character's
+	// first byte there are digits, letters and @ [ \ ] ^ ` { | } ~; only the
+	// latter can change the reading. So a packet in which a byte >= 0x80 is
+	// directly followed by one of those is refused (while the policy
+	// protects anything); every other packet reads exactly as in UTF-8.
 	UnsafeCharset bool
 }
 
@@ -92,6 +95,13 @@ type Decision struct {
 	// only when at least one of them matters to the proxy (a protected
 	// write, or a session effect: USE, sql_mode, character set, PREPARE,
 	// EXECUTE, DEALLOCATE). Nil otherwise.
+	//
+	// A compound statement (BEGIN NOT ATOMIC ... END, Kind Call) or a stored
+	// program definition (Kind Other) takes the rest of the packet: the
+	// server may report more results after it than Stmts lists; those
+	// statements cannot matter (fenceproxy checked that the text holds
+	// nothing that would). For Prepare (COM_STMT_PREPARE), Stmts describes
+	// what each execution of the prepared statement does.
 	Stmts []Stmt
 }
 
@@ -165,6 +175,11 @@ type Target struct {
 type Refusal struct {
 	Table  string // schema.table concerned, "" if none in particular
 	Reason string // one sentence: why, and what to do
+
+	// SQLModeUnknown: refused only because the statement reads differently
+	// under the sql_mode settings the session's state leaves open. The proxy
+	// may learn them (SELECT @@SESSION.sql_mode) and ask again.
+	SQLModeUnknown bool
 }
 
 func (r *Refusal) Error() string {

@@ -1,0 +1,128 @@
+package rewrite
+
+import (
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+)
+
+// Statements other than the DML the rewriter fences. A statement that only
+// reads a protected table passes; one that would change a protected table
+// (or its definition, or whether it is the table the name denotes) without
+// a fence is refused. Statement kinds fenceproxy does not know are refused
+// when they name a protected table at all.
+
+func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
+	other := stmtRes{stmt: Stmt{Kind: Other}}
+	refuseT := func(t string, why string) stmtRes { return in.refuse(t, why) }
+	refuseP := func(p *policy.Table, why string) stmtRes {
+		if in.pc.e.isLease(p) {
+			why = "this is a lease table: only fenceproxy's lease functions change it, and its definition is fenceproxy's"
+		}
+		return in.refuse(qualified(p), why)
+	}
+	switch n := stmt.(type) {
+	case *ast.TruncateTableStmt:
+		if p := in.protectedName(n.Table); p != nil {
+			return refuseP(p, "TRUNCATE cannot be fenced; use DELETE FROM "+p.Table+" (fenced) instead")
+		}
+		return other
+	case *ast.DropTableStmt:
+		for _, tn := range n.Tables {
+			if p := in.protectedName(tn); p != nil {
+				return refuseP(p, "DROP of a protected table is refused; remove it from the fenceproxy policy first")
+			}
+		}
+		return other
+	case *ast.AlterTableStmt:
+		if p := in.protectedName(n.Table); p != nil {
+			return refuseP(p, "ALTER TABLE on a protected table is refused; run schema changes directly against the database, not through fenceproxy")
+		}
+		for _, spec := range n.Specs {
+			if spec.Tp == ast.AlterTableRenameTable {
+				if p := in.protectedName(spec.NewTable); p != nil {
+					return refuseP(p, "renaming a table to a protected table's name is refused")
+				}
+			}
+		}
+		// EXCHANGE PARTITION ... WITH TABLE protected, and anything else
+		// that names a protected table.
+		if p := in.protectedIn(stmt); p != nil {
+			return refuseP(p, "this ALTER TABLE names a protected table (EXCHANGE PARTITION, ...); refused")
+		}
+		return other
+	case *ast.RenameTableStmt:
+		for _, tt := range n.TableToTables {
+			if p := in.protectedName(tt.OldTable); p != nil {
+				return refuseP(p, "renaming a protected table is refused; remove it from the fenceproxy policy first")
+			}
+			if p := in.protectedName(tt.NewTable); p != nil {
+				return refuseP(p, "renaming a table to a protected table's name is refused")
+			}
+		}
+		return other
+	case *ast.CreateTableStmt:
+		// CREATE TABLE x LIKE / AS SELECT only reads the protected table.
+		if p := in.protectedName(n.Table); p != nil {
+			what := "creating a table with a protected table's name is refused"
+			if n.TemporaryKeyword != ast.TemporaryNone {
+				what = "a temporary table with a protected table's name would shadow it; refused"
+			}
+			return refuseP(p, what)
+		}
+		return other
+	case *ast.CreateIndexStmt:
+		if p := in.protectedName(n.Table); p != nil {
+			return refuseP(p, "CREATE INDEX on a protected table is refused; run schema changes directly against the database")
+		}
+		return other
+	case *ast.DropIndexStmt:
+		if p := in.protectedName(n.Table); p != nil {
+			return refuseP(p, "DROP INDEX on a protected table is refused; run schema changes directly against the database")
+		}
+		return other
+	case *ast.DropDatabaseStmt:
+		for i := range in.pc.e.pol.Tables {
+			t := &in.pc.e.pol.Tables[i]
+			if strings.EqualFold(foldName(n.Name.O), t.Schema) {
+				return refuseT(qualified(t), "DROP DATABASE of a schema that holds protected tables is refused")
+			}
+		}
+		return other
+	case *ast.LoadDataStmt:
+		if p := in.protectedName(n.Table); p != nil {
+			return refuseP(p, "LOAD DATA into a protected table cannot be fenced; load into another table and INSERT ... SELECT from it")
+		}
+		return other
+	case *ast.CreateViewStmt:
+		if p := in.protectedName(n.ViewName); p != nil {
+			return refuseP(p, "creating a view with a protected table's name is refused")
+		}
+		if p := in.protectedIn(n.Select); p != nil {
+			return refuseP(p, "a view over a protected table could be written through without a fence; refused")
+		}
+		return other
+	case *ast.ExplainStmt:
+		if n.Stmt == nil {
+			return other
+		}
+		switch n.Stmt.(type) {
+		case *ast.SelectStmt, *ast.SetOprStmt, *ast.ShowStmt:
+			return other
+		}
+		if s, ok := n.Stmt.(ast.StmtNode); ok {
+			return in.readOrRefuse(s)
+		}
+		return other
+	case *ast.ShowStmt, *ast.LockTablesStmt, *ast.UnlockTablesStmt, *ast.AnalyzeTableStmt, *ast.FlushStmt,
+		*ast.BeginStmt, *ast.CommitStmt, *ast.RollbackStmt, *ast.SavepointStmt, *ast.ReleaseSavepointStmt,
+		*ast.DoStmt, *ast.CallStmt, *ast.GrantStmt, *ast.RevokeStmt, *ast.ExecuteStmt, *ast.DeallocateStmt,
+		*ast.CreateDatabaseStmt, *ast.AlterDatabaseStmt, *ast.KillStmt, *ast.OptimizeTableStmt:
+		return other
+	}
+	if p := in.protectedIn(stmt); p != nil {
+		return refuseP(p, "fenceproxy does not know how to fence this kind of statement on a protected table")
+	}
+	return other
+}

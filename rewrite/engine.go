@@ -1,0 +1,229 @@
+package rewrite
+
+import (
+	"bytes"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+)
+
+// Options tune an Engine.
+type Options struct {
+	// CacheEntries bounds the number of remembered slow-path decisions
+	// (default 4096; negative disables the cache).
+	CacheEntries int
+}
+
+// Engine decides on statements for one policy snapshot. It is safe for
+// concurrent use; build a new one when the policy changes.
+type Engine struct {
+	pol     *policy.Policy
+	needles matcher // protected table names, lease function prefix, sql_mode ...
+	cache   *cache
+	fences  fenceTexts
+	// leases: the lease tables of the protected schemas. Only the lease
+	// functions write them; a client that could would forge its own lease.
+	leases    map[string]*policy.Table
+	leaseList []*policy.Table // the same, in policy order
+}
+
+// New returns an Engine for the policy snapshot p (nil: nothing protected).
+func New(p *policy.Policy, opts Options) *Engine {
+	if p == nil {
+		p = emptyPolicy()
+	}
+	e := &Engine{pol: p}
+	words := []string{"fence_", "sql_mode", "character_set_client"}
+	e.leases = map[string]*policy.Table{}
+	for _, t := range p.Tables {
+		words = append(words, t.Table)
+		ls, lt := p.LeaseTableFor(t.Schema)
+		k := lowerASCII(ls) + "." + lowerASCII(lt)
+		if e.leases[k] == nil {
+			lt := &policy.Table{Name: ls + "." + lt, Schema: ls, Table: lt}
+			e.leases[k] = lt
+			e.leaseList = append(e.leaseList, lt)
+			words = append(words, lt.Table)
+		}
+	}
+	e.needles = newMatcher(words)
+	n := opts.CacheEntries
+	if n == 0 {
+		n = 4096
+	}
+	if n > 0 {
+		e.cache = newCache(n)
+	}
+	return e
+}
+
+func emptyPolicy() *policy.Policy {
+	p, err := policy.NewPolicy(0, policy.Fencing{}, nil)
+	if err != nil {
+		panic("rewrite: empty policy: " + err.Error())
+	}
+	return p
+}
+
+// isLease reports whether t is one of the lease tables (from lookup).
+func (e *Engine) isLease(t *policy.Table) bool {
+	return t != nil && e.leases[lowerASCII(t.Schema)+"."+lowerASCII(t.Table)] == t
+}
+
+// hasTables reports whether the policy protects anything at all.
+func (e *Engine) hasTables() bool { return len(e.pol.Tables) > 0 }
+
+// Query decides on the text of a COM_QUERY packet (one or more statements).
+// sql is only read during the call.
+func (e *Engine) Query(sql []byte, srv Server, sess *Session) Decision {
+	return e.entry(sql, srv, sess, false)
+}
+
+// Prepare decides on the text of a COM_STMT_PREPARE packet: one statement,
+// which may hold '?' placeholders.
+func (e *Engine) Prepare(sql []byte, srv Server, sess *Session) Decision {
+	return e.entry(sql, srv, sess, true)
+}
+
+func (e *Engine) entry(sql []byte, srv Server, sess *Session, prepare bool) Decision {
+	var s Session
+	if sess != nil {
+		s = *sess
+	}
+	if e.fastAll(sql, srv, s) {
+		return Decision{Action: Forward}
+	}
+	if d, ok := e.cache.get(sql, srv, &s, prepare); ok {
+		return d
+	}
+	d := e.slow(sql, srv, s, prepare)
+	e.cache.put(sql, srv, &s, prepare, d)
+	return d
+}
+
+// fastAll runs the fast path under every reading the session allows: when
+// ANSI_QUOTES or NO_BACKSLASH_ESCAPES is unknown and the text has a byte
+// whose meaning depends on it, both readings must pass.
+func (e *Engine) fastAll(sql []byte, srv Server, s Session) bool {
+	ansi := readings(s.ANSIQuotes, sql, '"')
+	nbe := readings(s.NoBackslashEscapes, sql, '\\')
+	for _, a := range ansi {
+		for _, b := range nbe {
+			if !e.fastForward(sql, lexMode{ansiQuotes: a, noBackslash: b, server: srv}, s.UnsafeCharset) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var (
+	readOff  = []bool{false}
+	readOn   = []bool{true}
+	readBoth = []bool{false, true}
+)
+
+// readings lists the values a lexing flag may have for this text.
+func readings(t Tri, text []byte, c byte) []bool {
+	switch t {
+	case On:
+		return readOn
+	case Off:
+		return readOff
+	}
+	if bytes.IndexByte(text, c) < 0 {
+		return readOff
+	}
+	return readBoth
+}
+
+// slow is the full decision. When a lexing flag is unknown and matters, the
+// packet is decided under each reading; the readings must agree, or the
+// packet is refused.
+func (e *Engine) slow(sql []byte, srv Server, s Session, prepare bool) Decision {
+	if s.UnsafeCharset && hasTrailPair(sql) && e.hasTables() {
+		return refuse("", "the client character set may hide quotes or backslashes inside multibyte characters, "+
+			"and this statement has a non-ASCII byte followed by one of @ [ \\ ] ^ ` { | } ~; "+
+			"use utf8mb4 (SET NAMES utf8mb4) or keep such text out of statements on protected tables")
+	}
+	ansi := readings(s.ANSIQuotes, sql, '"')
+	nbe := readings(s.NoBackslashEscapes, sql, '\\')
+	var first Decision
+	n := 0
+	for _, a := range ansi {
+		for _, b := range nbe {
+			d := e.decidePacket(sql, srv, s, lexMode{ansiQuotes: a, noBackslash: b, server: srv}, prepare)
+			if n == 0 {
+				first = d
+			} else if !sameDecision(first, d) {
+				r := refuse("", "the session's sql_mode (ANSI_QUOTES or NO_BACKSLASH_ESCAPES) is unknown to fenceproxy "+
+					"and this statement reads differently under it; set sql_mode explicitly in the session "+
+					"(SET SESSION sql_mode = '...') before writing to protected tables")
+				r.Refusal.SQLModeUnknown = true
+				return r
+			}
+			n++
+		}
+	}
+	return first
+}
+
+// sameDecision compares two readings' decisions (digests aside: they may
+// differ in what counts as a literal).
+func sameDecision(a, b Decision) bool {
+	if a.Action != b.Action || !bytes.Equal(a.SQL, b.SQL) || len(a.Stmts) != len(b.Stmts) {
+		return false
+	}
+	if (a.Refusal == nil) != (b.Refusal == nil) || (a.Call == nil) != (b.Call == nil) {
+		return false
+	}
+	if a.Call != nil && !sameCall(a.Call, b.Call) {
+		return false
+	}
+	for i := range a.Stmts {
+		if !sameStmt(&a.Stmts[i], &b.Stmts[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameStmt(x, y *Stmt) bool {
+	if x.Kind != y.Kind || x.Span != y.Span || x.Schema != y.Schema || x.ANSIQuotes != y.ANSIQuotes ||
+		x.NoBackslashEscapes != y.NoBackslashEscapes || x.UnsafeCharset != y.UnsafeCharset ||
+		x.SetsCharset != y.SetsCharset || x.Name != y.Name || x.StripInfo != y.StripInfo {
+		return false
+	}
+	if (x.Fence == nil) != (y.Fence == nil) || (x.Prepared == nil) != (y.Prepared == nil) {
+		return false
+	}
+	if x.Fence != nil {
+		if len(x.Fence.Targets) != len(y.Fence.Targets) {
+			return false
+		}
+		for i := range x.Fence.Targets {
+			if x.Fence.Targets[i] != y.Fence.Targets[i] {
+				return false
+			}
+		}
+	}
+	if x.Prepared != nil && !sameStmt(x.Prepared, y.Prepared) {
+		return false
+	}
+	return true
+}
+
+func sameCall(a, b *LeaseCall) bool {
+	if a.Func != b.Func || a.Column != b.Column || len(a.Args) != len(b.Args) {
+		return false
+	}
+	for i := range a.Args {
+		if a.Args[i] != b.Args[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func refuse(table, reason string) Decision {
+	return Decision{Action: Refuse, Refusal: &Refusal{Table: table, Reason: reason}}
+}

@@ -1,0 +1,110 @@
+package rewrite
+
+// The fast path decides, without parsing and without allocating, that a
+// packet cannot matter to the proxy: it names no protected table, calls no
+// lease function, and no statement in it starts with a word that changes
+// the session or needs a closer look. Anything else goes to the slow path,
+// which may still relay it untouched.
+
+// fastForward reports whether the packet can be relayed as it is.
+func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool {
+	// 1. Raw scan, comments and strings included.
+	if e.needles.find(sql) {
+		return false
+	}
+	if unsafeCharset && hasTrailPair(sql) {
+		return false
+	}
+	// 2. The first live token of every statement.
+	lx := newLexer(sql, mode, nil)
+	atStart := true
+	for {
+		t, ok := lx.next()
+		if !ok {
+			break
+		}
+		if atStart {
+			if !fastLeading(sql, t) {
+				return false
+			}
+			atStart = false
+			if t.kind == tkWord && eqFold(sql[t.start:t.end], "begin") {
+				// BEGIN and BEGIN WORK start a transaction; BEGIN NOT
+				// ATOMIC (and, in Oracle mode, BEGIN ...) a compound
+				// statement the slow path must see.
+				n, ok := lx.next()
+				if ok && !(n.kind == tkOp && sql[n.start] == ';') &&
+					!(n.kind == tkWord && eqFold(sql[n.start:n.end], "work")) {
+					return false
+				}
+				if ok && n.kind == tkOp && sql[n.start] == ';' {
+					atStart = true
+				}
+			}
+			continue
+		}
+		if t.kind == tkOp && t.end-t.start == 1 && sql[t.start] == ';' {
+			atStart = true
+		}
+	}
+	// The server might read the text differently: let the slow path judge.
+	return lx.issue == ""
+}
+
+// fastLeading reports whether a statement that starts with t can take the
+// fast path (when it names nothing protected). Statements that change the
+// session (USE, SET, PREPARE, EXECUTE, DEALLOCATE), DROP (DATABASE, PREPARE),
+// CREATE and ALTER (stored programs may hide dynamic SQL), compound
+// statements and anything unusual go to the slow path.
+func fastLeading(sql []byte, t token) bool {
+	switch t.kind {
+	case tkOp:
+		return sql[t.start] == '('
+	case tkWord:
+	default:
+		return false
+	}
+	w := sql[t.start:t.end]
+	switch len(w) {
+	case 2:
+		return eqFold(w, "do") || eqFold(w, "xa")
+	case 3:
+		return eqFold(w, "get")
+	case 4:
+		return eqFold(w, "with") || eqFold(w, "show") || eqFold(w, "call") || eqFold(w, "lock") ||
+			eqFold(w, "desc") || eqFold(w, "kill") || eqFold(w, "help")
+	case 5:
+		return eqFold(w, "start") || eqFold(w, "begin") || eqFold(w, "check") || eqFold(w, "flush") ||
+			eqFold(w, "table")
+	case 6:
+		return eqFold(w, "select") || eqFold(w, "insert") || eqFold(w, "update") || eqFold(w, "delete") ||
+			eqFold(w, "commit") || eqFold(w, "unlock") || eqFold(w, "values") || eqFold(w, "signal")
+	case 7:
+		return eqFold(w, "replace") || eqFold(w, "explain") || eqFold(w, "release") || eqFold(w, "analyze")
+	case 8:
+		return eqFold(w, "rollback") || eqFold(w, "describe") || eqFold(w, "optimize") || eqFold(w, "resignal") ||
+			eqFold(w, "checksum")
+	case 9:
+		return eqFold(w, "savepoint")
+	}
+	return false
+}
+
+// hasTrailPair reports whether text holds a byte >= 0x80 directly followed
+// by an ASCII byte in 0x40-0x7E that is not an identifier byte (@ [ \ ] ^ `
+// { | } ~). In big5, cp932, gbk, sjis and gb18030 such a pair may be one
+// character, so that, say, the backslash does not escape and the backquote
+// does not quote. Without such a pair those character sets read the text
+// exactly as UTF-8 does: quotes, semicolons, comment markers, line breaks
+// and spaces are never the second byte of a character (all are < 0x40).
+func hasTrailPair(text []byte) bool {
+	for i := 0; i+1 < len(text); i++ {
+		if text[i] >= 0x80 {
+			switch text[i+1] {
+			case '@', '[', '\\', ']', '^', '`', '{', '|', '}', '~':
+				return true
+			}
+		}
+	}
+	return false
+}

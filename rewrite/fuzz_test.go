@@ -1,0 +1,243 @@
+package rewrite
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+)
+
+// Seeds: every golden input and every bypass attempt.
+func fuzzSeeds(f *testing.F) []string {
+	var seeds []string
+	files, _ := filepath.Glob("testdata/*.golden")
+	t := &testing.T{}
+	for _, path := range files {
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		_, cases := parseGolden(t, path)
+		for _, c := range cases {
+			seeds = append(seeds, c.in)
+		}
+	}
+	for _, bc := range bypassCases() {
+		seeds = append(seeds, bc.sql)
+	}
+	return seeds
+}
+
+var fuzzServers = []Server{maria, mysql8, mysql84, tidb, {Flavor: MariaDB, Version: 50560}, {Flavor: MySQL, Version: 50744}}
+
+// FuzzTokenize: the lexer never panics, its tokens are ordered, disjoint
+// and inside the text; the normalized text has the same length, keeps
+// every token byte and blanks only what lies between tokens.
+func FuzzTokenize(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s, uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, sql string, flags uint8) {
+		mode := lexMode{ansiQuotes: flags&1 != 0, noBackslash: flags&2 != 0,
+			server: fuzzServers[int(flags>>2)%len(fuzzServers)]}
+		src := []byte(sql)
+		norm := []byte(sql)
+		lx := newLexer(src, mode, norm)
+		last := 0
+		covered := make([]bool, len(src))
+		for n := 0; ; n++ {
+			tk, ok := lx.next()
+			if !ok {
+				break
+			}
+			if n > len(src)+1 {
+				t.Fatalf("lexer does not advance")
+			}
+			if tk.start < last || tk.end <= tk.start || tk.end > len(src) {
+				t.Fatalf("bad token [%d,%d) after %d in %q", tk.start, tk.end, last, sql)
+			}
+			for i := tk.start; i < tk.end; i++ {
+				covered[i] = true
+			}
+			last = tk.end
+		}
+		if len(norm) != len(src) {
+			t.Fatalf("normalized length %d != %d", len(norm), len(src))
+		}
+		for i := range src {
+			if covered[i] {
+				if norm[i] != src[i] {
+					t.Fatalf("token byte %d changed in normalization of %q", i, sql)
+				}
+			} else if !isSpace(norm[i]) {
+				t.Fatalf("byte %d (%q) outside tokens not blanked in %q", i, norm[i], sql)
+			}
+		}
+	})
+}
+
+// FuzzRewrite: Query and Prepare never panic; a sent text lexes cleanly,
+// keeps the placeholder count, carries the fence in every write, and each
+// fenced statement parses; and a statement the parser reads as a write to
+// a protected table is never forwarded.
+func FuzzRewrite(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s, uint8(0))
+	}
+	e := New(testPolicy(f), Options{CacheEntries: -1})
+	f.Fuzz(func(t *testing.T, sql string, flags uint8) {
+		srv := fuzzServers[int(flags>>3)%len(fuzzServers)]
+		tri := func(b uint8) Tri { return []Tri{Off, On, Unknown, Off}[b&3] }
+		sess := Session{Schema: "app", ANSIQuotes: tri(flags), NoBackslashEscapes: tri(flags >> 2 & 1),
+			UnsafeCharset: flags&0x80 != 0}
+		prepare := flags&0x40 != 0
+		var d Decision
+		if prepare {
+			d = e.Prepare([]byte(sql), srv, &sess)
+		} else {
+			d = e.Query([]byte(sql), srv, &sess)
+		}
+		mode := lexMode{ansiQuotes: sess.ANSIQuotes == On, noBackslash: sess.NoBackslashEscapes == On, server: srv}
+		switch d.Action {
+		case Send:
+			if countParams([]byte(sql), mode) != countParams(d.SQL, mode) {
+				t.Fatalf("placeholder count changed:\n%q\n%q", sql, d.SQL)
+			}
+			modeChanges := false
+			for _, s := range d.Stmts {
+				modeChanges = modeChanges || s.Kind == SetSQLMode
+			}
+			lx := newLexer(d.SQL, mode, nil)
+			for {
+				if _, ok := lx.next(); !ok {
+					break
+				}
+			}
+			if lx.issue != "" && !modeChanges {
+				t.Fatalf("sent text lexes with an issue (%s): %q", lx.issue, d.SQL)
+			}
+			known := true
+			for _, s := range d.Stmts {
+				if s.Span[0] < 0 || s.Span[1] > len(d.SQL) || s.Span[0] > s.Span[1] {
+					t.Fatalf("span %v outside %d bytes", s.Span, len(d.SQL))
+				}
+				if s.Kind == SetSQLMode {
+					// Later statements are read with the new mode.
+					known = known && s.ANSIQuotes != Unknown && s.NoBackslashEscapes != Unknown
+					mode.ansiQuotes, mode.noBackslash = s.ANSIQuotes == On, s.NoBackslashEscapes == On
+				}
+				if s.Kind != Write || !known {
+					continue
+				}
+				part := d.SQL[s.Span[0]:s.Span[1]]
+				if !strings.Contains(string(part), "fence_l.fence_token = @fence_token") {
+					t.Fatalf("write without fence: %q", part)
+				}
+				norm := append([]byte(nil), part...)
+				plx := newLexer(part, mode, norm)
+				depth := 0
+				analyze := false
+				for n := 0; ; n++ {
+					tk, ok := plx.next()
+					if !ok {
+						break
+					}
+					switch w := string(part[tk.start:tk.end]); {
+					case n == 0 && strings.EqualFold(w, "analyze") && srv.Flavor == MariaDB:
+						analyze = true
+						fallthrough
+					case analyze && !(strings.EqualFold(w, "update") || strings.EqualFold(w, "delete") ||
+						strings.EqualFold(w, "insert") || strings.EqualFold(w, "replace")):
+						// MariaDB's ANALYZE prefix: the parser does not read it.
+						for i := tk.start; i < tk.end; i++ {
+							norm[i] = ' '
+						}
+						continue
+					case analyze:
+						analyze = false
+					case w == "(":
+						depth++
+					case w == ")":
+						depth--
+					case depth == 0 && tk.kind == tkWord && strings.EqualFold(w, "returning") && srv.Flavor == MariaDB:
+						// MariaDB's RETURNING: the parser does not read it.
+						norm = norm[:tk.start]
+					}
+					if len(norm) <= tk.start {
+						break
+					}
+				}
+				// EXECUTE IMMEDIATE: MariaDB syntax the parser does not read.
+				head := strings.ToUpper(strings.TrimSpace(string(norm)))
+				if _, err := parseOne(string(norm), mode); err != nil && !strings.HasPrefix(head, "EXECUTE") {
+					t.Fatalf("fenced statement does not parse (%v): %q", err, part)
+				}
+			}
+		case Forward:
+			if sess.ANSIQuotes == Unknown || sess.NoBackslashEscapes == Unknown {
+				return
+			}
+			if target := oracleWrite(e, sql, mode, sess.Schema); target != "" {
+				t.Fatalf("forwarded a write to %s: %q", target, sql)
+			}
+		}
+	})
+}
+
+// oracleWrite is an independent, simpler reading: a single statement the
+// parser reads as INSERT/REPLACE into, or single-table UPDATE/DELETE of, a
+// protected table. It returns the table, or "".
+func oracleWrite(e *Engine, sql string, mode lexMode, schema string) string {
+	norm := []byte(sql)
+	lx := newLexer([]byte(sql), mode, norm)
+	for {
+		tk, ok := lx.next()
+		if !ok {
+			break
+		}
+		if tk.kind == tkOp && sql[tk.start] == ';' && strings.TrimSpace(string(norm[tk.end:])) != "" {
+			return "" // several statements: not this oracle's business
+		}
+	}
+	if lx.issue != "" {
+		return ""
+	}
+	n, err := parseOne(strings.TrimSuffix(strings.TrimSpace(string(norm)), ";"), mode)
+	if err != nil {
+		return ""
+	}
+	if x, ok := n.(*ast.ExplainStmt); ok && x.Analyze {
+		n = x.Stmt.(ast.StmtNode)
+	}
+	var tn *ast.TableName
+	switch x := n.(type) {
+	case *ast.InsertStmt:
+		if ts, ok := x.Table.TableRefs.Left.(*ast.TableSource); ok {
+			tn, _ = ts.Source.(*ast.TableName)
+		}
+	case *ast.UpdateStmt:
+		if x.TableRefs != nil && x.TableRefs.TableRefs.Right == nil {
+			if ts, ok := x.TableRefs.TableRefs.Left.(*ast.TableSource); ok {
+				tn, _ = ts.Source.(*ast.TableName)
+			}
+		}
+	case *ast.DeleteStmt:
+		if !x.IsMultiTable && x.TableRefs != nil && x.TableRefs.TableRefs.Right == nil {
+			if ts, ok := x.TableRefs.TableRefs.Left.(*ast.TableSource); ok {
+				tn, _ = ts.Source.(*ast.TableName)
+			}
+		}
+	}
+	if tn == nil {
+		return ""
+	}
+	s := tn.Schema.O
+	if s == "" {
+		s = schema
+	}
+	if t, ok := e.pol.Lookup(s, tn.Name.O); ok {
+		return t.Name
+	}
+	return ""
+}

@@ -1,0 +1,190 @@
+package rewrite
+
+// Raw, case-insensitive search for words anywhere in a statement's bytes
+// (comments and strings included): the cheap first filter of the fast path,
+// and the "does it mention a protected table" test for statements the
+// parser cannot read.
+//
+// The comparison folds ASCII case and also the few non-ASCII characters
+// that a server may fold onto ASCII letters when it compares table names
+// case-insensitively (lower_case_table_names=1 or 2): U+0130 and U+0131
+// (dotted and dotless I), U+017F (long s), U+212A (Kelvin sign), and the
+// Latin-5 bytes 0xDD / 0xFD (I with dot, dotless i) when they stand alone.
+// A false match only costs a parse; a missed one could let a write through.
+
+// matcher finds any of a fixed set of lower-case ASCII needles.
+type matcher struct {
+	needles [][]byte
+	// first[c]: some needle may start at a byte c.
+	first [256]bool
+}
+
+func newMatcher(words []string) matcher {
+	var m matcher
+	seen := map[string]bool{}
+	for _, w := range words {
+		w = lowerASCII(w)
+		if w == "" || seen[w] {
+			continue
+		}
+		seen[w] = true
+		m.needles = append(m.needles, []byte(w))
+		c := w[0]
+		m.first[c] = true
+		if c >= 'a' && c <= 'z' {
+			m.first[c-'a'+'A'] = true
+		}
+		switch c {
+		case 'i':
+			m.first[0xC4] = true
+			m.first[0xDD] = true
+			m.first[0xFD] = true
+		case 's':
+			m.first[0xC5] = true
+		case 'k':
+			m.first[0xE2] = true
+		}
+	}
+	return m
+}
+
+// find reports whether any needle occurs in text.
+func (m *matcher) find(text []byte) bool {
+	if len(m.needles) == 0 {
+		return false
+	}
+	for i := 0; i < len(text); i++ {
+		if !m.first[text[i]] {
+			continue
+		}
+		for _, n := range m.needles {
+			if matchFoldAt(text, i, n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// containsFold reports whether needle (lower-case ASCII) occurs in text.
+func containsFold(text []byte, needle string) bool {
+	if needle == "" {
+		return false
+	}
+	for i := 0; i < len(text); i++ {
+		if matchFoldAt(text, i, needle) {
+			return true
+		}
+	}
+	return false
+}
+
+// foldAt returns the ASCII letter the character at text[i] may fold to,
+// and its length in bytes.
+func foldAt(text []byte, i int) (byte, int) {
+	c := text[i]
+	if c < 0x80 {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		return c, 1
+	}
+	next := func(k int) byte {
+		if i+k < len(text) {
+			return text[i+k]
+		}
+		return 0
+	}
+	switch c {
+	case 0xC4: // U+0130 İ, U+0131 ı
+		if n := next(1); n == 0xB0 || n == 0xB1 {
+			return 'i', 2
+		}
+	case 0xC5: // U+017F ſ
+		if next(1) == 0xBF {
+			return 's', 2
+		}
+	case 0xE2: // U+212A Kelvin sign
+		if next(1) == 0x84 && next(2) == 0xAA {
+			return 'k', 3
+		}
+	case 0xDD, 0xFD: // Latin-5 İ / ı, when not a UTF-8 lead byte
+		if n := next(1); n < 0x80 || n > 0xBF {
+			return 'i', 1
+		}
+	}
+	return c, 1
+}
+
+func matchFoldAt[S ~string | ~[]byte](text []byte, i int, needle S) bool {
+	for k := 0; k < len(needle); k++ {
+		if i >= len(text) {
+			return false
+		}
+		c, n := foldAt(text, i)
+		if c != needle[k] {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// foldName returns name with the non-ASCII characters above folded onto
+// ASCII, lower-cased, for policy lookups of names read from the parser.
+func foldName(name string) string {
+	ascii := true
+	for i := 0; i < len(name); i++ {
+		if name[i] >= 0x80 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return lowerASCII(name)
+	}
+	b := []byte(name)
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		c, n := foldAt(b, i)
+		if n == 1 && c >= 0x80 {
+			out = append(out, b[i])
+		} else {
+			out = append(out, c)
+		}
+		i += n
+	}
+	return string(out)
+}
+
+// eqFold compares a token's bytes with a lower-case ASCII keyword.
+func eqFold(b []byte, kw string) bool {
+	if len(b) != len(kw) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != kw[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,312 @@
+package rewrite
+
+import (
+	"bytes"
+	"sort"
+)
+
+// A packet is decided statement by statement, in the order the server
+// executes them: each statement is lexed with the session as the previous
+// statements left it (USE, sql_mode), as the server does.
+
+// edit replaces src[pos:end] with text; pos == end inserts.
+type edit struct {
+	pos, end int
+	text     string
+}
+
+// pstate is the session as the statements of a packet see it.
+type pstate struct {
+	schema string
+	mode   lexMode
+	unsafe bool // client character set unsafe or unknown
+}
+
+// stmtIn is one statement of a packet.
+type stmtIn struct {
+	pc    *packetCtx
+	toks  []token
+	start int    // raw range [start, end) in src, without the ';'
+	end   int    //
+	final bool   // no statement follows
+	st    pstate // session before the statement
+	norm  []byte // normalized packet text (same offsets as src)
+}
+
+// stmtRes is the verdict on one statement.
+type stmtRes struct {
+	stmt    Stmt
+	matters bool
+	edits   []edit
+	refusal *Refusal
+	call    *LeaseCall
+	// rest: the statement is a compound statement or stored program that
+	// the server reads up to its own END; it takes the rest of the packet.
+	rest bool
+}
+
+type packetCtx struct {
+	e       *Engine
+	src     []byte
+	prepare bool
+	depth   int // PREPARE/EXECUTE IMMEDIATE nesting
+}
+
+// restResult is the verdict on the statements from some position on.
+type restResult struct {
+	stmts    []Stmt
+	matters  bool
+	edits    []edit
+	refusal  *Refusal
+	call     *LeaseCall
+	nonEmpty int // statements with live tokens
+}
+
+// decidePacket decides on a whole packet under one definite reading.
+func (e *Engine) decidePacket(sql []byte, srv Server, s Session, mode lexMode, prepare bool) Decision {
+	return e.decideText(sql, s, mode, prepare, 0)
+}
+
+func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, depth int) Decision {
+	pc := &packetCtx{e: e, src: sql, prepare: prepare, depth: depth}
+	norm := make([]byte, len(sql))
+	copy(norm, sql)
+	r := pc.decideRest(0, pstate{schema: s.Schema, mode: mode, unsafe: s.UnsafeCharset}, norm)
+	return pc.finish(r)
+}
+
+func (pc *packetCtx) finish(r restResult) Decision {
+	if r.refusal != nil {
+		return Decision{Action: Refuse, Refusal: r.refusal}
+	}
+	if r.call != nil {
+		if r.nonEmpty != 1 {
+			return refuse("", "call a lease function alone, one statement per query: SELECT "+r.call.Func.String()+"(...)")
+		}
+		return Decision{Action: Answer, Call: r.call}
+	}
+	if pc.prepare && r.nonEmpty > 1 && pc.e.hasTables() {
+		return refuse("", "a prepared statement holds exactly one statement")
+	}
+	var d Decision
+	if len(r.edits) > 0 {
+		d.Action = Send
+		d.SQL = applyEdits(pc.src, r.edits)
+		for i := range r.stmts {
+			r.stmts[i].Span = mapSpan(r.stmts[i].Span, r.edits)
+		}
+	}
+	if r.matters {
+		d.Stmts = r.stmts
+	}
+	return d
+}
+
+// mapSpan moves a statement's byte range of the client's text to the sent
+// text: edits before it shift both ends, its own edits (insertions at its
+// end included) shift the end.
+func mapSpan(sp [2]int, edits []edit) [2]int {
+	out := sp
+	for _, e := range edits {
+		delta := len(e.text) - (e.end - e.pos)
+		if e.pos < sp[0] {
+			out[0] += delta
+		}
+		if e.pos <= sp[1] {
+			out[1] += delta
+		}
+	}
+	return out
+}
+
+// decideRest decides on the statements from pos on.
+func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
+	var out restResult
+	for pos <= len(pc.src) {
+		toks, end, issue, issuePos := lexStatement(pc.src, pos, st.mode, norm)
+		next := end + 1
+		final := next > len(pc.src)
+		if issue != "" && pc.e.hasTables() {
+			out.refusal = &Refusal{Reason: "fenceproxy cannot be sure how the server reads this statement (" + issue +
+				" at byte " + itoa(issuePos) + "); write it without that construct"}
+			return out
+		}
+		if len(toks) == 0 {
+			if final {
+				break
+			}
+			// An empty statement between two ';': the server reports a
+			// syntax error there and stops.
+			out.stmts = append(out.stmts, Stmt{Kind: Other, Span: [2]int{pos, end}})
+			pos = next
+			continue
+		}
+		out.nonEmpty++
+		in := &stmtIn{pc: pc, toks: toks, start: pos, end: end, final: final, st: st, norm: norm}
+		res := in.decide()
+		if res.refusal != nil {
+			out.refusal = res.refusal
+			return out
+		}
+		if res.call != nil {
+			out.call = res.call
+		}
+		res.stmt.Span = [2]int{pos, end}
+		if res.rest {
+			res.stmt.Span[1] = len(pc.src)
+		}
+		out.stmts = append(out.stmts, res.stmt)
+		out.matters = out.matters || res.matters
+		out.edits = append(out.edits, res.edits...)
+		if res.rest || final {
+			break
+		}
+		// The session as the next statement sees it.
+		s := &res.stmt
+		switch s.Kind {
+		case Use:
+			st.schema = s.Schema
+		case SetSQLMode:
+			if s.ANSIQuotes == Unknown || s.NoBackslashEscapes == Unknown {
+				sub := pc.fork(next, st, s.ANSIQuotes, s.NoBackslashEscapes, norm)
+				out.merge(sub)
+				return out
+			}
+			st.mode.ansiQuotes = s.ANSIQuotes == On
+			st.mode.noBackslash = s.NoBackslashEscapes == On
+		}
+		if (s.Kind == SetCharset || s.SetsCharset) && s.UnsafeCharset {
+			st.unsafe = true
+			if pc.e.hasTables() && hasTrailPair(pc.src[next:]) {
+				out.refusal = &Refusal{Reason: "after this statement switches to a character set that may hide quotes or " +
+					"backslashes inside multibyte characters, a later statement of the query has a non-ASCII byte " +
+					"followed by one of @ [ \\ ] ^ ` { | } ~; send it in a query of its own"}
+				return out
+			}
+		}
+		pos = next
+	}
+	return out
+}
+
+// fork decides on the rest of the packet under every reading an unknown
+// sql_mode allows; all readings must agree.
+func (pc *packetCtx) fork(pos int, st pstate, ansi, nbe Tri, norm []byte) restResult {
+	rest := pc.src[pos:]
+	as := readings(ansi, rest, '"')
+	bs := readings(nbe, rest, '\\')
+	var first restResult
+	n := 0
+	for _, a := range as {
+		for _, b := range bs {
+			s := st
+			s.mode.ansiQuotes, s.mode.noBackslash = a, b
+			nn := make([]byte, len(norm))
+			copy(nn, norm)
+			r := pc.decideRest(pos, s, nn)
+			if n == 0 {
+				first = r
+			} else if !sameRest(first, r) {
+				return restResult{refusal: &Refusal{Reason: "an earlier statement of this query sets sql_mode to a value " +
+					"fenceproxy cannot read, and the rest of the query reads differently depending on it; " +
+					"send the statements that follow in a separate query"}}
+			}
+			n++
+		}
+	}
+	return first
+}
+
+func sameRest(a, b restResult) bool {
+	if (a.refusal == nil) != (b.refusal == nil) || (a.call == nil) != (b.call == nil) ||
+		len(a.stmts) != len(b.stmts) || len(a.edits) != len(b.edits) || a.nonEmpty != b.nonEmpty {
+		return false
+	}
+	for i := range a.edits {
+		if a.edits[i] != b.edits[i] {
+			return false
+		}
+	}
+	for i := range a.stmts {
+		if !sameStmt(&a.stmts[i], &b.stmts[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *restResult) merge(s restResult) {
+	if s.refusal != nil {
+		r.refusal = s.refusal
+		return
+	}
+	if s.call != nil {
+		r.call = s.call
+	}
+	r.stmts = append(r.stmts, s.stmts...)
+	r.matters = r.matters || s.matters
+	r.edits = append(r.edits, s.edits...)
+	r.nonEmpty += s.nonEmpty
+}
+
+// lexStatement lexes one statement from pos: its tokens, the offset of its
+// terminating ';' (or len(src)), and the first lexing issue.
+func lexStatement(src []byte, pos int, mode lexMode, norm []byte) ([]token, int, string, int) {
+	lx := newLexer(src, mode, norm)
+	lx.pos = pos
+	var toks []token
+	for {
+		t, ok := lx.next()
+		if !ok {
+			return toks, len(src), lx.issue, lx.issuePos
+		}
+		if t.kind == tkOp && t.end-t.start == 1 && src[t.start] == ';' {
+			return toks, t.start, lx.issue, lx.issuePos
+		}
+		toks = append(toks, t)
+	}
+}
+
+// applyEdits returns src with the edits applied. Edits never overlap;
+// insertions at the same position keep their order.
+func applyEdits(src []byte, edits []edit) []byte {
+	es := make([]edit, len(edits))
+	copy(es, edits)
+	sort.SliceStable(es, func(i, j int) bool { return es[i].pos < es[j].pos })
+	var b bytes.Buffer
+	n := len(src)
+	for _, e := range es {
+		n += len(e.text) - (e.end - e.pos)
+	}
+	b.Grow(n)
+	last := 0
+	for _, e := range es {
+		b.Write(src[last:e.pos])
+		b.WriteString(e.text)
+		last = e.end
+	}
+	b.Write(src[last:])
+	return b.Bytes()
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}

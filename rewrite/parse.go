@@ -1,0 +1,60 @@
+package rewrite
+
+import (
+	"sync"
+
+	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/mysql"
+
+	// The parser's light value package: literals in the AST without the
+	// full TiDB module.
+	_ "github.com/pingcap/tidb/pkg/parser/test_driver"
+)
+
+// parsers: a Parser is not safe for concurrent use and costs a few hundred
+// KB to build, so each goroutine borrows one.
+var parsers = sync.Pool{New: func() any { return parser.New() }}
+
+// parseOne parses one statement of normalized text (comments blanked)
+// under the given lexing mode. The AST's structure is all the rewriter uses;
+// positions come from its own tokens.
+func parseOne(text string, mode lexMode) (n ast.StmtNode, err error) {
+	p := parsers.Get().(*parser.Parser)
+	defer func() {
+		// The parser's light value package panics on some literals (huge
+		// decimals): such a statement counts as unreadable. The parser is
+		// not reused after a panic.
+		if r := recover(); r != nil {
+			n, err = nil, errPanic
+			return
+		}
+		parsers.Put(p)
+	}()
+	var m mysql.SQLMode
+	if mode.ansiQuotes {
+		m |= mysql.ModeANSIQuotes
+	}
+	if mode.noBackslash {
+		m |= mysql.ModeNoBackslashEscapes
+	}
+	p.SetSQLMode(m)
+	p.SetMariaDB(mode.server.Flavor == MariaDB)
+	stmts, _, err := p.Parse(text, "", "")
+	if err != nil {
+		return nil, err
+	}
+	if len(stmts) != 1 {
+		return nil, errNotOne
+	}
+	return stmts[0], nil
+}
+
+type parseError string
+
+func (e parseError) Error() string { return string(e) }
+
+const (
+	errNotOne = parseError("not exactly one statement")
+	errPanic  = parseError("the parser failed on this statement")
+)

@@ -1,0 +1,255 @@
+package rewrite
+
+import (
+	"strings"
+)
+
+// SQL-level prepared statements. PREPARE s FROM 'text' and MariaDB's
+// EXECUTE IMMEDIATE 'text' carry a statement inside a string literal: the
+// inner text is decided like a COM_STMT_PREPARE, and a fenced inner
+// statement replaces the literal, re-quoted. A statement prepared from
+// anything but literals (a variable, an expression) cannot be checked and is
+// refused while the policy protects any table.
+
+// maxNesting bounds PREPARE-inside-EXECUTE-IMMEDIATE recursion (the
+// servers allow neither, but the text is the client's).
+const maxNesting = 2
+
+// stringSource is a statement source written as string literals: an
+// optional character set introducer and one or more adjacent literals.
+type stringSource struct {
+	first, last int // token indexes of the first and last literal
+	replaceFrom int // byte offset where the re-quoted literal goes
+	text        string
+}
+
+// literalSource reads string literals starting at token i; ok is false if
+// the tokens there are not literals. next is the index after them.
+func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool) {
+	j := i
+	if j < len(in.toks) && in.toks[j].kind == tkWord && !in.toks[j].afterDot {
+		w := in.text(j)
+		if len(w) > 1 && w[0] == '_' && j+1 < len(in.toks) && in.toks[j+1].kind == tkString {
+			j++ // a character set introducer: kept as it is
+		}
+	}
+	if j >= len(in.toks) {
+		return src, i, false
+	}
+	var b strings.Builder
+	src.first = j
+	switch in.toks[j].kind {
+	case tkNString:
+		src.replaceFrom = in.toks[j].start + 1 // keep the N
+		b.WriteString(unquoteString(in.pc.src[in.toks[j].start+1:in.toks[j].end], in.st.mode.noBackslash))
+		j++
+	case tkString:
+		src.replaceFrom = in.toks[j].start
+	default:
+		return src, i, false
+	}
+	for j < len(in.toks) && in.toks[j].kind == tkString {
+		b.WriteString(unquoteString(in.text(j), in.st.mode.noBackslash))
+		j++
+	}
+	src.last = j - 1
+	src.text = b.String()
+	return src, j, true
+}
+
+// unquoteString returns the value of a quoted string literal ('x' or "x").
+func unquoteString(b []byte, noBackslash bool) string {
+	if len(b) < 2 {
+		return ""
+	}
+	q := b[0]
+	inner := b[1 : len(b)-1]
+	var out strings.Builder
+	out.Grow(len(inner))
+	for i := 0; i < len(inner); i++ {
+		c := inner[i]
+		if c == '\\' && !noBackslash && i+1 < len(inner) {
+			i++
+			switch n := inner[i]; n {
+			case 'n':
+				out.WriteByte('\n')
+			case 't':
+				out.WriteByte('\t')
+			case 'r':
+				out.WriteByte('\r')
+			case 'b':
+				out.WriteByte('\b')
+			case '0':
+				out.WriteByte(0)
+			case 'Z':
+				out.WriteByte(0x1a)
+			case '%', '_':
+				// Kept with the backslash, for LIKE patterns.
+				out.WriteByte('\\')
+				out.WriteByte(n)
+			default:
+				out.WriteByte(n)
+			}
+			continue
+		}
+		if c == q && i+1 < len(inner) && inner[i+1] == q {
+			i++
+		}
+		out.WriteByte(c)
+	}
+	return out.String()
+}
+
+// quoteString writes s as a single-quoted literal that reads back as s
+// under the given NO_BACKSLASH_ESCAPES setting; ok is false if it cannot.
+func quoteString(s string, noBackslash bool) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('\'')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'':
+			b.WriteString("''")
+		case c == '\\' && !noBackslash:
+			b.WriteString(`\\`)
+		case c == 0:
+			if noBackslash {
+				return "", false
+			}
+			b.WriteString(`\0`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String(), true
+}
+
+// stmtName reads a prepared statement name at token i (lower-cased: the
+// names are case-insensitive).
+func (in *stmtIn) stmtName(i int) (string, bool) {
+	name, ok := in.identAt(i)
+	if !ok {
+		return "", false
+	}
+	return strings.ToLower(name), true
+}
+
+// prepareStmt: PREPARE name FROM source.
+func (in *stmtIn) prepareStmt() stmtRes {
+	e := in.pc.e
+	name, ok := in.stmtName(1)
+	if !ok || !in.kw(2, "from") {
+		if e.hasTables() {
+			return in.refuse("", "fenceproxy cannot read this PREPARE statement; write PREPARE name FROM 'statement'")
+		}
+		return stmtRes{stmt: Stmt{Kind: Other}}
+	}
+	src, next, ok := in.literalSource(3)
+	if !ok || next != len(in.toks) {
+		if !e.hasTables() {
+			return stmtRes{stmt: Stmt{Kind: Prepare, Name: name}, matters: true}
+		}
+		return in.refuse("", "PREPARE from a variable or an expression cannot be checked for writes to protected "+
+			"tables; prepare from a string literal (PREPARE "+name+" FROM 'UPDATE ...') or use the binary protocol")
+	}
+	inner, r := in.innerDecision(src)
+	if r != nil {
+		return *r
+	}
+	res := stmtRes{stmt: Stmt{Kind: Prepare, Name: name}, matters: true}
+	res.edits = inner.edits
+	if inner.stmt != nil {
+		res.stmt.Prepared = inner.stmt
+		res.stmt.Fence = inner.stmt.Fence
+	}
+	return res
+}
+
+// innerResult is the verdict on the statement inside a literal.
+type innerResult struct {
+	edits []edit
+	stmt  *Stmt // the inner statement, when it matters
+}
+
+// innerDecision decides on the statement held by a literal source.
+func (in *stmtIn) innerDecision(src stringSource) (innerResult, *stmtRes) {
+	e := in.pc.e
+	if in.pc.depth >= maxNesting {
+		r := in.refuse("", "nested dynamic SQL cannot be checked")
+		return innerResult{}, &r
+	}
+	text := []byte(src.text)
+	if in.st.unsafe && e.hasTables() && hasTrailPair(text) {
+		r := in.refuse("", "the statement text has a non-ASCII byte followed by one of @ [ \\ ] ^ ` { | } ~, "+
+			"which the client character set may read differently; use utf8mb4")
+		return innerResult{}, &r
+	}
+	sess := Session{Schema: in.st.schema, UnsafeCharset: in.st.unsafe}
+	d := e.decideText(text, sess, in.st.mode, true, in.pc.depth+1)
+	var out innerResult
+	switch d.Action {
+	case Refuse:
+		r := stmtRes{refusal: &Refusal{Table: d.Refusal.Table, Reason: "in the prepared statement text: " + d.Refusal.Reason}}
+		return out, &r
+	case Answer:
+		r := in.refuse("", "the lease functions cannot be prepared or executed as dynamic SQL; call them directly: SELECT "+
+			d.Call.Func.String()+"(...)")
+		return out, &r
+	case Send:
+		q, ok := quoteString(string(d.SQL), in.st.mode.noBackslash)
+		if !ok {
+			r := in.refuse("", "the fenced statement cannot be quoted under NO_BACKSLASH_ESCAPES (it holds a NUL byte)")
+			return out, &r
+		}
+		out.edits = []edit{{pos: src.replaceFrom, end: in.toks[src.last].end, text: q}}
+	}
+	if len(d.Stmts) > 0 && d.Stmts[0].Kind != Other {
+		s := d.Stmts[0]
+		out.stmt = &s
+	}
+	return out, nil
+}
+
+// executeStmt: EXECUTE name [USING ...].
+func (in *stmtIn) executeStmt() stmtRes {
+	name, ok := in.stmtName(1)
+	if !ok {
+		return stmtRes{stmt: Stmt{Kind: Other}}
+	}
+	return stmtRes{stmt: Stmt{Kind: Execute, Name: name}, matters: true}
+}
+
+// executeImmediate: MariaDB's EXECUTE IMMEDIATE source [USING ...]; the
+// inner statement runs now, so its effect is this statement's.
+func (in *stmtIn) executeImmediate() stmtRes {
+	e := in.pc.e
+	src, next, ok := in.literalSource(2)
+	if !ok || next != len(in.toks) && !in.kw(next, "using") {
+		if !e.hasTables() {
+			return stmtRes{stmt: Stmt{Kind: Other}}
+		}
+		return in.refuse("", "EXECUTE IMMEDIATE of a variable or an expression cannot be checked for writes to "+
+			"protected tables; use a string literal (EXECUTE IMMEDIATE 'UPDATE ...')")
+	}
+	inner, r := in.innerDecision(src)
+	if r != nil {
+		return *r
+	}
+	res := stmtRes{stmt: Stmt{Kind: Other}, edits: inner.edits}
+	if inner.stmt != nil {
+		res.stmt = *inner.stmt
+		res.matters = true
+	}
+	return res
+}
+
+// deallocateStmt: DEALLOCATE PREPARE name, DROP PREPARE name.
+func (in *stmtIn) deallocateStmt() stmtRes {
+	name, ok := in.stmtName(2)
+	if !ok || !in.kw(1, "prepare") {
+		return stmtRes{stmt: Stmt{Kind: Other}}
+	}
+	return stmtRes{stmt: Stmt{Kind: Deallocate, Name: name}, matters: true}
+}

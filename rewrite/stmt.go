@@ -1,0 +1,294 @@
+package rewrite
+
+import (
+	"unicode/utf8"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+)
+
+// Token helpers over one statement.
+
+// kw reports whether token i is the keyword kw (lower case): a bare word
+// that does not follow "ident.".
+func (in *stmtIn) kw(i int, kw string) bool {
+	if i < 0 || i >= len(in.toks) {
+		return false
+	}
+	t := in.toks[i]
+	return t.kind == tkWord && !t.afterDot && eqFold(in.pc.src[t.start:t.end], kw)
+}
+
+// op reports whether token i is the operator op.
+func (in *stmtIn) op(i int, op string) bool {
+	if i < 0 || i >= len(in.toks) {
+		return false
+	}
+	t := in.toks[i]
+	return t.kind == tkOp && string(in.pc.src[t.start:t.end]) == op
+}
+
+func (in *stmtIn) text(i int) []byte {
+	t := in.toks[i]
+	return in.pc.src[t.start:t.end]
+}
+
+// raw is the statement's text as the client sent it.
+func (in *stmtIn) raw() []byte { return in.pc.src[in.start:in.end] }
+
+// normText is the statement's normalized text (comments blanked).
+func (in *stmtIn) normText() string { return string(in.norm[in.start:in.end]) }
+
+// closeParen returns the index of the ')' matching the '(' at i, or -1.
+func (in *stmtIn) closeParen(i int) int {
+	depth := 0
+	for j := i; j < len(in.toks); j++ {
+		if in.toks[j].kind != tkOp {
+			continue
+		}
+		switch in.pc.src[in.toks[j].start] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+func (in *stmtIn) refuse(table, reason string) stmtRes {
+	return stmtRes{refusal: &Refusal{Table: table, Reason: reason}}
+}
+
+// decide is the verdict on one statement with at least one token.
+func (in *stmtIn) decide() stmtRes {
+	e := in.pc.e
+	// Lease functions: only the exact SELECT fence_xxx(...) shape.
+	if i := in.leaseMention(); i >= 0 {
+		return in.leaseCall(i)
+	}
+	switch {
+	case in.kw(0, "prepare"):
+		return in.prepareStmt()
+	case in.kw(0, "execute"):
+		if in.kw(1, "immediate") {
+			return in.executeImmediate()
+		}
+		return in.executeStmt()
+	case in.kw(0, "deallocate") || in.kw(0, "drop") && in.kw(1, "prepare"):
+		return in.deallocateStmt()
+	case in.kw(0, "use"):
+		return in.useStmt()
+	case in.kw(0, "binlog") && e.hasTables():
+		return in.refuse("", "BINLOG events cannot be checked for writes to protected tables")
+	case in.kw(0, "call"):
+		// A procedure's response is any number of result sets and one OK.
+		return stmtRes{stmt: Stmt{Kind: Call}}
+	}
+	if e.hasTables() && in.hasInvalidUTF8Name() && !in.readOnlyHead() {
+		if t := in.mentions(); t != "" {
+			return in.refuse(t, "this statement has a name that is not valid UTF-8 and mentions a protected table; "+
+				"the server may read that name as the protected table (character set conversion, case folding). "+
+				"Send names in UTF-8")
+		}
+	}
+	if in.isCompound() {
+		r := in.programBody("a compound statement (BEGIN NOT ATOMIC ... END)")
+		r.stmt.Kind = Call // it may return any number of result sets
+		return r
+	}
+	if r, ok := in.withReturning(); ok {
+		return r
+	}
+	if r, ok := in.mariaAnalyze(); ok {
+		return r
+	}
+	stmt, err := parseOne(in.normText(), in.st.mode)
+	if err != nil {
+		if in.isStoredProgram() {
+			return in.programBody("a stored program definition")
+		}
+		return in.unparsed()
+	}
+	switch n := stmt.(type) {
+	case *ast.ProcedureInfo:
+		return in.programBody("a stored program definition")
+	case *ast.SetStmt:
+		return in.setStmt(n)
+	case *ast.UseStmt:
+		return stmtRes{stmt: Stmt{Kind: Use, Schema: n.DBName}, matters: true}
+	case *ast.UpdateStmt:
+		return in.writeStmt(n, nil)
+	case *ast.DeleteStmt:
+		return in.writeStmt(n, nil)
+	case *ast.InsertStmt:
+		return in.writeStmt(n, nil)
+	case *ast.ExplainStmt:
+		switch inner := n.Stmt.(type) {
+		case *ast.UpdateStmt, *ast.DeleteStmt, *ast.InsertStmt:
+			// EXPLAIN ANALYZE runs the statement; plain EXPLAIN does not,
+			// but a fence there is harmless.
+			return in.writeStmt(inner, n)
+		}
+		return in.readOrRefuse(stmt)
+	case *ast.SelectStmt, *ast.SetOprStmt:
+		return stmtRes{stmt: Stmt{Kind: Other}}
+	}
+	if !e.hasTables() {
+		return stmtRes{stmt: Stmt{Kind: Other}}
+	}
+	return in.readOrRefuse(stmt)
+}
+
+// unparsed: the parser cannot read the statement. It is relayed unless it
+// may touch a protected table or the session.
+func (in *stmtIn) unparsed() stmtRes {
+	if t := in.mentions(); t != "" && !in.readOnlyHead() {
+		if in.rowAlias() {
+			return in.refuse(t, "fenceproxy cannot fence INSERT ... VALUES ... AS alias (a row alias); "+
+				"write ON DUPLICATE KEY UPDATE c = VALUES(c) instead of the alias")
+		}
+		if in.returning() {
+			return in.refuse(t, "fenceproxy cannot fence statements with RETURNING yet; "+
+				"run the write, then SELECT the rows")
+		}
+		return in.refuse(t, "fenceproxy cannot parse this statement, and it mentions the protected table; "+
+			"rewrite it in plain MySQL syntax (fenceproxy fences UPDATE, DELETE, INSERT and REPLACE)")
+	}
+	if in.kw(0, "set") {
+		return in.setUnparsed()
+	}
+	return stmtRes{stmt: Stmt{Kind: Other}}
+}
+
+// readOnlyHead: the statement starts with words that make it one that
+// cannot write a table (SELECT, SHOW, CHECK TABLE, CHECKSUM TABLE,
+// ANALYZE TABLE): relayed even if the parser cannot read it.
+func (in *stmtIn) readOnlyHead() bool {
+	return in.kw(0, "select") || in.kw(0, "show") || in.kw(0, "check") && in.kw(1, "table") ||
+		in.kw(0, "checksum") && in.kw(1, "table") || in.kw(0, "analyze") && in.kw(1, "table")
+}
+
+// hasInvalidUTF8Name: an identifier that is not valid UTF-8. The parser
+// turns such bytes into '?', so its names would not be the server's.
+func (in *stmtIn) hasInvalidUTF8Name() bool {
+	for _, t := range in.toks {
+		if t.kind == tkWord || t.kind == tkQuotedIdent || t.kind == tkUserVar || t.kind == tkSysVar {
+			if !utf8.Valid(in.pc.src[t.start:t.end]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rowAlias: INSERT/REPLACE ... VALUES|SET ... AS alias (MySQL 8.0.19+),
+// which the parser does not read.
+func (in *stmtIn) rowAlias() bool {
+	if !in.kw(0, "insert") && !in.kw(0, "replace") {
+		return false
+	}
+	d := in.depths()
+	values := false
+	for i := range in.toks {
+		if d[i] != 0 {
+			continue
+		}
+		if in.kw(i, "values") || in.kw(i, "value") || in.kw(i, "set") {
+			values = true
+		}
+		if values && in.kw(i, "as") {
+			return true
+		}
+	}
+	return false
+}
+
+// returning: MariaDB's DELETE / INSERT / REPLACE ... RETURNING.
+func (in *stmtIn) returning() bool { return in.returningAt() >= 0 }
+
+// returningAt returns the index of a top-level RETURNING, or -1.
+func (in *stmtIn) returningAt() int {
+	d := in.depths()
+	for i := range in.toks {
+		if d[i] == 0 && in.kw(i, "returning") {
+			return i
+		}
+	}
+	return -1
+}
+
+// withReturning handles MariaDB's DELETE / INSERT / REPLACE ... RETURNING
+// (RETURNING is a reserved word there, so a top-level one is the clause):
+// the parser does not read the clause, so the statement is decided
+// without it; the fence goes before it, and the clause stays as written.
+func (in *stmtIn) withReturning() (stmtRes, bool) {
+	if in.st.mode.server.Flavor != MariaDB ||
+		!(in.kw(0, "delete") || in.kw(0, "insert") || in.kw(0, "replace")) {
+		return stmtRes{}, false
+	}
+	r := in.returningAt()
+	if r <= 0 {
+		return stmtRes{}, false
+	}
+	head := *in
+	head.toks = in.toks[:r]
+	head.end = in.toks[r].start
+	n, err := parseOne(head.normText(), in.st.mode)
+	if err != nil {
+		return stmtRes{}, false
+	}
+	switch x := n.(type) {
+	case *ast.DeleteStmt, *ast.InsertStmt:
+		res := head.writeStmt(x, nil)
+		if res.stmt.Kind == Write {
+			// The server answers with a result set, not an OK.
+			res.stmt.StripInfo = false
+		}
+		return res, true
+	}
+	return stmtRes{}, false
+}
+
+// mentions returns the first protected table whose name occurs anywhere in
+// the statement's raw text (comments and strings included), or "".
+func (in *stmtIn) mentions() string { return mentionsTable(in.pc.e, in.raw()) }
+
+// mariaAnalyze handles MariaDB's ANALYZE [FORMAT=JSON] UPDATE | DELETE |
+// INSERT | REPLACE ...: the statement runs (and its plan is returned), so
+// it is fenced like the statement itself. The parser does not read the
+// ANALYZE prefix; the statement is decided from its own first keyword on.
+func (in *stmtIn) mariaAnalyze() (stmtRes, bool) {
+	if in.st.mode.server.Flavor != MariaDB || !in.kw(0, "analyze") {
+		return stmtRes{}, false
+	}
+	i := 1
+	if in.kw(1, "format") && in.op(2, "=") && in.kw(3, "json") {
+		i = 4
+	}
+	if in.kw(i, "select") || in.kw(i, "with") || in.op(i, "(") {
+		return stmtRes{stmt: Stmt{Kind: Other}}, true // a read
+	}
+	if !(in.kw(i, "update") || in.kw(i, "delete") || in.kw(i, "insert") || in.kw(i, "replace")) {
+		return stmtRes{}, false
+	}
+	inner := *in
+	inner.toks = in.toks[i:]
+	inner.start = in.toks[i].start
+	if r, ok := inner.withReturning(); ok {
+		return r, true
+	}
+	n, err := parseOne(inner.normText(), in.st.mode)
+	if err != nil {
+		return stmtRes{}, false
+	}
+	switch x := n.(type) {
+	case *ast.UpdateStmt, *ast.DeleteStmt, *ast.InsertStmt:
+		res := inner.writeStmt(x, nil)
+		res.stmt.StripInfo = false // the answer is a result set
+		return res, true
+	}
+	return stmtRes{}, false
+}

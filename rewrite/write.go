@@ -1,0 +1,220 @@
+package rewrite
+
+import (
+	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+)
+
+// writeStmt fences an UPDATE, DELETE, INSERT or REPLACE that writes a
+// protected table. explainOnly: the statement is only explained, not run
+// (the fence is still added; it is harmless).
+func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
+	explainOnly := explain != nil && !explain.Analyze
+	var targets []Target
+	var r *stmtRes
+	switch x := n.(type) {
+	case *ast.UpdateStmt:
+		targets, r = in.updateTargets(x)
+	case *ast.DeleteStmt:
+		targets, r = in.deleteTargets(x)
+	case *ast.InsertStmt:
+		targets = in.insertTarget(x)
+	}
+	if r != nil {
+		return *r
+	}
+	if len(targets) == 0 {
+		return stmtRes{stmt: Stmt{Kind: Other}}
+	}
+	e := in.pc.e
+	for _, t := range targets {
+		if e.isLease(e.lookup(t.Schema, t.Table)) {
+			return in.refuse(t.Schema+"."+t.Table, "this is a lease table: only fenceproxy's lease functions "+
+				"(SELECT fence_acquire(...), fence_renew, fence_release) change it")
+		}
+	}
+	for _, t := range targets {
+		if t.Lease != "" && !safeLease(t.Lease) {
+			return in.refuse(t.Schema+"."+t.Table, "the policy's fixed lease name for this table cannot be written into SQL "+
+				"safely (it must be printable ASCII without quotes, backslashes or '?')")
+		}
+	}
+	if hasHighWord(in) && e.hasTables() {
+		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement has non-ASCII bytes outside quotes; "+
+			"fenceproxy fences only statements whose unquoted names are ASCII (quote such names with backquotes)")
+	}
+	keys := e.fenceKeys(targets)
+	fence := e.fenceSQL(keys, in.st.mode.server.Flavor)
+
+	var edits []edit
+	var why string
+	var strip bool
+	switch x := n.(type) {
+	case *ast.UpdateStmt:
+		edits, why = in.spliceUpdateDelete(x.Where != nil, x.Order != nil, x.Limit != nil, true, fence)
+	case *ast.DeleteStmt:
+		edits, why = in.spliceUpdateDelete(x.Where != nil, x.Order != nil, x.Limit != nil, false, fence)
+	case *ast.InsertStmt:
+		edits, strip, why = in.spliceInsert(x, fence, keys)
+	}
+	if why != "" {
+		return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
+	}
+	if why := in.verify(n, explain != nil, edits, targets); why != "" {
+		return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
+	}
+	st := Stmt{Kind: Write, Fence: &Fence{Targets: targets, Digest: parser.Normalize(in.normText(), "ON")}, StripInfo: strip}
+	if explainOnly {
+		st = Stmt{Kind: Other}
+	}
+	return stmtRes{stmt: st, matters: !explainOnly, edits: edits}
+}
+
+// hasHighWord: a bare word with a byte >= 0x80. Which bytes of a non-ASCII
+// name are letters, spaces or punctuation depends on the client character
+// set; quoted names and strings are safe.
+func hasHighWord(in *stmtIn) bool {
+	for _, t := range in.toks {
+		if t.kind != tkWord {
+			continue
+		}
+		for _, c := range in.pc.src[t.start:t.end] {
+			if c >= 0x80 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// depths returns the parenthesis depth of each token (before it).
+func (in *stmtIn) depths() []int {
+	d := make([]int, len(in.toks))
+	depth := 0
+	for i, t := range in.toks {
+		if t.kind == tkOp && t.end-t.start == 1 && in.pc.src[t.start] == ')' {
+			depth--
+		}
+		d[i] = depth
+		if t.kind == tkOp && t.end-t.start == 1 && in.pc.src[t.start] == '(' {
+			depth++
+		}
+	}
+	return d
+}
+
+// firstKw returns the first depth-0 token at or after from that is kw.
+func (in *stmtIn) firstKw(d []int, from int, kw string) int {
+	for i := from; i < len(in.toks); i++ {
+		if d[i] == 0 && in.kw(i, kw) {
+			return i
+		}
+	}
+	return -1
+}
+
+// suspicious words must not appear at depth 0 in the clauses after WHERE
+// of an UPDATE or DELETE: they would mean the statement has a clause the
+// splice does not expect.
+var suspicious = []string{"returning", "group", "having", "window", "union", "except", "intersect",
+	"into", "offset", "fetch", "for", "lock", "select", "values", "procedure"}
+
+// spliceUpdateDelete places the fence in an UPDATE or DELETE: inside the
+// top-level WHERE, or as a new WHERE before ORDER BY / LIMIT / the end.
+func (in *stmtIn) spliceUpdateDelete(hasWhere, hasOrder, hasLimit, isUpdate bool, fence string) ([]edit, string) {
+	const mismatch = "fenceproxy could not place the fence with certainty in this statement (its clauses did not " +
+		"match what the parser read); simplify it or report it as a fenceproxy bug"
+	if paren := in.balanced(); !paren {
+		return nil, mismatch
+	}
+	d := in.depths()
+	kwName := "delete"
+	if isUpdate {
+		kwName = "update"
+	}
+	k := in.firstKw(d, 0, kwName)
+	if k < 0 {
+		return nil, mismatch
+	}
+	from := k + 1
+	if isUpdate {
+		s := in.firstKw(d, from, "set")
+		if s < 0 {
+			return nil, mismatch
+		}
+		from = s + 1
+	}
+	where, order, limit := -1, -1, -1
+	for i := from; i < len(in.toks); i++ {
+		if d[i] != 0 || in.toks[i].kind != tkWord {
+			continue
+		}
+		switch {
+		case in.kw(i, "where"):
+			if where >= 0 || order >= 0 || limit >= 0 {
+				return nil, mismatch
+			}
+			where = i
+		case in.kw(i, "order") && in.kw(i+1, "by"):
+			if order >= 0 || limit >= 0 {
+				return nil, mismatch
+			}
+			order = i
+		case in.kw(i, "limit"):
+			if limit >= 0 {
+				return nil, mismatch
+			}
+			limit = i
+		default:
+			if where >= 0 || isUpdate {
+				for _, w := range suspicious {
+					if in.kw(i, w) {
+						return nil, mismatch
+					}
+				}
+			}
+		}
+	}
+	if (where >= 0) != hasWhere || (order >= 0) != hasOrder || (limit >= 0) != hasLimit {
+		return nil, mismatch
+	}
+	last := len(in.toks) - 1
+	if order >= 0 {
+		last = order - 1
+	} else if limit >= 0 {
+		last = limit - 1
+	}
+	if where >= 0 {
+		if last <= where {
+			return nil, mismatch
+		}
+		return []edit{
+			{pos: in.toks[where+1].start, end: in.toks[where+1].start, text: "("},
+			{pos: in.toks[last].end, end: in.toks[last].end, text: ") AND " + fence},
+		}, ""
+	}
+	if last < from {
+		return nil, mismatch
+	}
+	return []edit{{pos: in.toks[last].end, end: in.toks[last].end, text: " WHERE " + fence}}, ""
+}
+
+// balanced reports whether the statement's parentheses balance.
+func (in *stmtIn) balanced() bool {
+	depth := 0
+	for _, t := range in.toks {
+		if t.kind != tkOp || t.end-t.start != 1 {
+			continue
+		}
+		switch in.pc.src[t.start] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth < 0 {
+				return false
+			}
+		}
+	}
+	return depth == 0
+}
