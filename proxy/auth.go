@@ -63,7 +63,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		if !offerTLS {
 			return c.client.fail(malformed("TLS requested but not offered"))
 		}
-		tc := tls.Server(c.client.conn, c.p.clientTLS)
+		tc := tls.Server(c.client.tlsTransport(), c.p.clientTLS)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -102,7 +102,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		if err := c.backend.flush(); err != nil {
 			return err
 		}
-		tc := tls.Client(c.backend.conn, c.p.backendTLS)
+		tc := tls.Client(c.backend.tlsTransport(), c.p.backendTLS)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -328,7 +328,12 @@ func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte,
 			"fenceproxy: cannot complete caching_sha2_password authentication: the password was encrypted with a key other than the proxy's (do not pin the server's public key when connecting through fenceproxy, or use TLS to the proxy)")
 		return nil, cseq, bseq, nil
 	}
-	return xorScramble(plain, c.scramble), cseq, bseq, nil
+	// plain is the NUL-terminated password XORed with the challenge: undo
+	// the XOR only (xorScramble would append a second terminator).
+	for i := range plain {
+		plain[i] ^= c.scramble[i%len(c.scramble)]
+	}
+	return plain, cseq, bseq, nil
 }
 
 // xorScramble is caching_sha2_password's obfuscation of the NUL-terminated

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"encoding/binary"
+	"fmt"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -11,8 +13,8 @@ import (
 // preparedStmt is what the proxy remembers of a prepared statement: only
 // statements that matter to fencing are kept.
 type preparedStmt struct {
-	fence *rewrite.Fence     // a protected write
-	call  *rewrite.LeaseCall // a lease function the proxy answers itself
+	stmt   rewrite.Stmt       // what each execution does: a protected write, or a session effect
+	call   *rewrite.LeaseCall // a lease function the proxy answers itself
 	id     uint32
 	params int
 	types  []uint16 // parameter types last bound by the client
@@ -25,20 +27,41 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	if err != nil {
 		return 0, err
 	}
+	c.cmdSeq = seq
+	c.seqDelta = 0
+	c.respStarted = false
+	c.lastWasErr = false
+	c.cmdLimit = 0
+	if seq != 0 {
+		// What the server itself does: this ERR, then the connection ends.
+		c.client.writePacket(0, errPayload(erNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
+		c.client.flush()
+		return 0, c.client.fail(malformed("command with sequence number %d", seq))
+	}
 	if n == 0 {
-		return 0, c.client.fail(malformed("empty command packet"))
+		// The server answers an empty packet with "Unknown command" and
+		// goes on: let it.
+		if err := c.forwardCommand(); err != nil {
+			return 0, err
+		}
+		if err := c.relayResults(nil); err != nil {
+			return 0, err
+		}
+		return 0, c.client.flush()
 	}
 	head, err := c.client.r.Peek(headerLen + min(n, 5))
 	if err != nil {
 		return 0, c.client.fail(err)
 	}
 	cmd := head[headerLen]
-	c.cmdSeq = seq
-	c.seqDelta = 0
-	c.respStarted = false
-	c.lastWasErr = false
-	if seq != 0 {
-		return cmd, c.client.fail(malformed("command with sequence number %d", seq))
+	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_PREPARE {
+		// The statement text may not exceed max_query_bytes, whether the
+		// proxy inspects it or only relays it; forwardCommand counts
+		// statements longer than one packet.
+		c.cmdLimit = rt.cfg.Limits.MaxQueryBytes
+		if c.cmdLimit > 0 && n-1 > c.cmdLimit {
+			return cmd, c.refuseTooLarge()
+		}
 	}
 
 	switch cmd {
@@ -232,4 +255,21 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 		return err
 	}
 	return c.client.flush()
+}
+
+// refuseTooLarge answers a statement longer than limits.max_query_bytes,
+// whose first packet (or, after forwardCommand streamed some, next packet)
+// is unread in the client buffer: the rest of it is consumed, the client
+// gets ERR 1153 as from a server's max_allowed_packet, and the connection
+// ends (the backend may have seen part of the packet).
+func (c *clientConn) refuseTooLarge() error {
+	c.client.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	seq, err := c.client.skipPacket()
+	if err != nil {
+		return err
+	}
+	c.client.writePacket(seq+1, errPayload(erNetPacketTooBig, "08S01", fmt.Sprintf(
+		"fenceproxy: statement larger than limits.max_query_bytes (%d bytes)", c.cmdLimit)))
+	c.client.flush()
+	return c.client.fail(errTooLarge)
 }

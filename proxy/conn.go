@@ -41,13 +41,14 @@ type clientConn struct {
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
 	nextStmtID uint32                   // next id for a statement the proxy answers itself
-	named    map[string]*preparedStmt // SQL-level PREPARE names
+	named      map[string]*preparedStmt // SQL-level PREPARE names
 
 	// per command
 	cmdSeq      byte // sequence number of the client's last command packet
 	seqDelta    byte // added to backend sequence numbers on the way to the client
 	respStarted bool // some of the response already went to the client
 	lastWasErr  bool // the response so far ended with an ERR
+	cmdLimit    int  // longest statement text forwardCommand may relay (0: any)
 	forceMore   bool // mark the end of this response "more results follow" (see runOneByOne)
 	held        []byte
 	heldSeq     byte

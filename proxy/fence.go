@@ -37,6 +37,7 @@ type tracker struct {
 
 type pendingCheck struct {
 	fence *rewrite.Fence
+	pos   int // the statement's position in the packet
 }
 
 func newTracker(c *clientConn, rt *runtime, stmts []rewrite.Stmt, single bool) *tracker {
@@ -56,8 +57,8 @@ func (t *tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence {
 	case rewrite.Write:
 		return st.Fence
 	case rewrite.Execute:
-		if ps := t.c.named[st.Name]; ps != nil {
-			return ps.fence
+		if ps := t.c.named[st.Name]; ps != nil && ps.stmt.Kind == rewrite.Write {
+			return ps.stmt.Fence
 		}
 	}
 	return nil
@@ -72,7 +73,7 @@ func (t *tracker) okPacket(idx int, payload []byte, ok okPacket, final bool) ([]
 	}
 	if f := t.fenceOf(st); f != nil && t.enforcing() && ok.affectedRows == 0 && final && t.single &&
 		t.rt.policy.OnStale == onStaleError {
-		t.held = &pendingCheck{fence: f}
+		t.held = &pendingCheck{fence: f, pos: t.pos}
 		return nil, true
 	}
 	if st.StripInfo {
@@ -99,10 +100,10 @@ func (t *tracker) result(idx int, r result) {
 	}
 	if !r.isErr {
 		t.applyEffect(st)
-		if f := t.fenceOf(st); f != nil && !(t.held != nil && t.held.fence == f) {
-			if !t.enforcing() || (!r.isSet && r.ok.affectedRows == 0) {
-				t.checks = append(t.checks, pendingCheck{fence: f})
-			}
+		// In shadow mode the lease was checked before the statement went out.
+		if f := t.fenceOf(st); f != nil && t.enforcing() && !r.isSet && r.ok.affectedRows == 0 &&
+			!(t.held != nil && t.held.fence == f) {
+			t.checks = append(t.checks, pendingCheck{fence: f, pos: t.pos})
 		}
 	}
 	// A CALL's result sets all belong to it; its OK or ERR ends it.
@@ -118,18 +119,31 @@ func (t *tracker) applyEffect(st *rewrite.Stmt) {
 	case rewrite.Use:
 		c.sess.Schema = st.Schema
 	case rewrite.SetSQLMode:
+		// NO_BACKSLASH_ESCAPES comes from every OK's status flags.
 		c.sess.ANSIQuotes = st.ANSIQuotes
+		if st.SetsCharset {
+			c.sess.UnsafeCharset = st.UnsafeCharset
+		}
 	case rewrite.SetCharset:
 		c.sess.UnsafeCharset = st.UnsafeCharset
 	case rewrite.Prepare:
-		if st.Fence == nil {
+		inner := st.Prepared
+		if inner == nil && st.Fence != nil {
+			inner = &rewrite.Stmt{Kind: rewrite.Write, Fence: st.Fence}
+		}
+		if inner == nil {
 			delete(c.named, st.Name)
 			return
 		}
 		if c.named == nil {
 			c.named = map[string]*preparedStmt{}
 		}
-		c.named[st.Name] = &preparedStmt{fence: st.Fence}
+		c.named[st.Name] = &preparedStmt{stmt: *inner}
+	case rewrite.Execute:
+		// EXECUTE of a prepared SET has that SET's effect.
+		if ps := c.named[st.Name]; ps != nil && ps.stmt.Kind != rewrite.Write && ps.stmt.Kind != rewrite.Execute {
+			t.applyEffect(&ps.stmt)
+		}
 	case rewrite.Deallocate:
 		delete(c.named, st.Name)
 	}
@@ -152,25 +166,56 @@ func (t *tracker) finish() error {
 		if err := c.writeHeld(); err != nil {
 			return err
 		}
+		return t.restoreRowCount(t.held.pos)
 	}
 	if len(t.checks) == 0 {
 		return nil
 	}
-	// The client may have its answer now; the checks only feed the audit.
-	if err := c.client.flush(); err != nil {
-		return err
-	}
-	outcome := "zero_rows"
-	if !t.enforcing() {
-		outcome = "shadow"
-	}
+	// The client gets its answer after the audit record is written, so that
+	// whoever sees the 0 rows can also find out why.
 	for _, pc := range t.checks {
-		v, err := c.classify(t.rt, pc.fence, t.enforcing())
+		v, err := c.classify(t.rt, pc.fence, true)
 		if err != nil {
 			return err
 		}
 		if v.rejected() {
-			c.auditStale(t.rt, pc.fence, v, outcome)
+			c.auditStale(t.rt, pc.fence, v, "zero_rows")
+		}
+	}
+	return t.restoreRowCount(t.checks[len(t.checks)-1].pos)
+}
+
+// restoreRowCount undoes what the lease check did to ROW_COUNT(): after the
+// 0-row write the client sent last, ROW_COUNT() must say 0, not the check
+// SELECT's -1. DO sets it to 0 and changes nothing else the client can see
+// (LAST_INSERT_ID stays; the write was rejected or changed nothing, so
+// there were no warnings to keep). Only a packet's last statement leaves
+// its ROW_COUNT() to the next one.
+func (t *tracker) restoreRowCount(pos int) error {
+	if pos != len(t.stmts)-1 || t.c.lastWasErr {
+		return nil
+	}
+	_, err := t.c.backendExec("DO 0")
+	return err
+}
+
+// shadowCheck, in shadow mode, checks the lease of every protected write of
+// a packet before it goes out unchanged, and audits those a fence would
+// reject. Checking before keeps the write's own results (affected rows,
+// ROW_COUNT()) what the client would see without the proxy.
+func (c *clientConn) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
+	t := tracker{c: c, rt: rt}
+	for i := range stmts {
+		f := t.fenceOf(&stmts[i])
+		if f == nil {
+			continue
+		}
+		v, err := c.classify(rt, f, false)
+		if err != nil {
+			return err
+		}
+		if v.rejected() {
+			c.auditStale(rt, f, v, "shadow")
 		}
 	}
 	return nil
@@ -349,6 +394,12 @@ func (c *clientConn) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcom
 // refuse answers a statement the rewriter refused, and audits it.
 func (c *clientConn) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
 	c.p.metrics.stmtRefused.Inc()
+	c.auditRefusal(rt, r, sql, "refused")
+	return c.sendError(erNotAllowed, "42000", r.Error())
+}
+
+// auditRefusal records a statement that cannot be fenced.
+func (c *clientConn) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome string) {
 	lease := ""
 	if r.Table != "" {
 		if i := strings.IndexByte(r.Table, '.'); i > 0 {
@@ -358,8 +409,7 @@ func (c *clientConn) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
 		}
 	}
 	c.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
-		Digest: statementDigest(sql), Outcome: "refused", Detail: r.Reason}, rt)
-	return c.sendError(erNotAllowed, "42000", r.Error())
+		Digest: statementDigest(sql), Outcome: outcome, Detail: r.Reason}, rt)
 }
 
 func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {

@@ -10,17 +10,17 @@ import (
 // serverHandshake is the backend's initial handshake (protocol v10), kept as
 // raw bytes plus the offsets of the fields the proxy edits or reads.
 type serverHandshake struct {
-	raw          []byte
-	version      string
-	connID       uint32
-	caps         uint32 // lower and upper capability words
-	charset      byte
-	status       uint16
-	scramble     []byte // auth-plugin-data, parts 1 and 2, without the trailing NUL
-	plugin       string
-	capsLowOff   int
-	capsHighOff  int
-	mariaExtOff  int // offset of MariaDB's 4 extended capability bytes, -1 if absent
+	raw         []byte
+	version     string
+	connID      uint32
+	caps        uint32 // lower and upper capability words
+	charset     byte
+	status      uint16
+	scramble    []byte // auth-plugin-data, parts 1 and 2, without the trailing NUL
+	plugin      string
+	capsLowOff  int
+	capsHighOff int
+	mariaExtOff int // offset of MariaDB's 4 extended capability bytes, -1 if absent
 }
 
 func parseServerHandshake(p []byte) (*serverHandshake, error) {
@@ -214,8 +214,8 @@ func (c *clientHandshake) forBackend(offered uint32, backendTLS bool, n int) []b
 
 // changeUser is what the proxy reads of a COM_CHANGE_USER packet.
 type changeUser struct {
-	user    string
-	db      string
+	user       string
+	db         string
 	charset    uint16
 	hasCharset bool
 	plugin     string

@@ -158,6 +158,18 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		return fail("%v", err)
 	}
 	defer release()
+	// With autocommit=0 and no transaction open, the lease statements open
+	// one of their own: commit it, so the change is real at once and the
+	// lease row is not left locked.
+	commitOwn := c.p.adminDB == nil && call.Func != rewrite.FenceStatus && c.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0
+	commit := func() {
+		if commitOwn && c.inTransaction() {
+			if _, err := c.backendExec("COMMIT"); err != nil {
+				c.log.Warn("committing a lease change failed", "err", err)
+			}
+		}
+	}
+	defer commit()
 
 	var row []value
 	switch call.Func {
@@ -171,7 +183,10 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		}
 		l, err := lease.AcquireOn(ctx, conn, table, args[0].s, ttl)
 		switch {
-		case errors.Is(err, lease.ErrHeld):
+		case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrLost):
+			// Held by another owner; or acquired and already expired again
+			// before it could be read back (a TTL shorter than a round
+			// trip): either way this session does not hold it.
 			row = []value{{null: true}}
 		case err != nil:
 			return c.leaseError(name, err)
@@ -226,6 +241,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 			}
 		}
 	}
+	commit()
 	c.p.metrics.leaseCalls(name, "ok").Inc()
 	return c.writeResultSet(leaseColumns(call), [][]value{row}, binaryRows)
 }
@@ -429,5 +445,3 @@ func numberText(t byte, unsigned bool, b []byte) string {
 	shift := 64 - 8*len(b)
 	return strconv.FormatInt(int64(u<<shift)>>shift, 10)
 }
-
-

@@ -41,6 +41,10 @@ type packetConn struct {
 	// counters for metrics, read by the owning connection only
 	bytesIn, bytesOut int64
 	lastOut           byte // sequence number of the last packet written
+
+	// hdr is scratch for packet headers written: a local array passed to
+	// bufio.Writer.Write would escape, one allocation per packet.
+	hdr [headerLen]byte
 }
 
 func newPacketConn(s side, c net.Conn) *packetConn {
@@ -156,6 +160,24 @@ func (p *packetConn) readPacket(buf []byte, limit int) ([]byte, byte, error) {
 
 var errTooLarge = errors.New("packet larger than the configured limit")
 
+// skipPacket consumes the rest of the current logical packet, from the
+// header of its next part, and returns the sequence number of its last part.
+func (p *packetConn) skipPacket() (byte, error) {
+	for {
+		n, seq, err := p.peekHeader()
+		if err != nil {
+			return 0, err
+		}
+		if _, err := p.r.Discard(headerLen + n); err != nil {
+			return 0, p.fail(err)
+		}
+		p.bytesIn += int64(headerLen + n)
+		if n < maxPayload {
+			return seq, nil
+		}
+	}
+}
+
 func grow(b []byte, n int) []byte {
 	need := len(b) + n
 	if need <= cap(b) {
@@ -180,8 +202,8 @@ func (p *packetConn) writeCommand(seq byte, prefix, body []byte) (byte, error) {
 	total := len(prefix) + len(body)
 	for {
 		n := min(total, maxPayload)
-		h := [headerLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
-		if _, err := p.w.Write(h[:]); err != nil {
+		p.hdr = [headerLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
+		if _, err := p.w.Write(p.hdr[:]); err != nil {
 			return seq, p.fail(err)
 		}
 		rest := n
@@ -225,8 +247,8 @@ func copyPacket(dst, src *packetConn, delta byte) (int, byte, error) {
 		first = b[headerLen]
 	}
 	h, _ := src.r.Peek(headerLen)
-	out := [headerLen]byte{h[0], h[1], h[2], seq + delta}
-	if _, err := dst.w.Write(out[:]); err != nil {
+	dst.hdr = [headerLen]byte{h[0], h[1], h[2], seq + delta}
+	if _, err := dst.w.Write(dst.hdr[:]); err != nil {
 		return 0, 0, dst.fail(err)
 	}
 	dst.lastOut = seq + delta
@@ -258,9 +280,39 @@ func copyN(dst, src *packetConn, n int) error {
 	return nil
 }
 
+// tlsTransport returns the connection to run a TLS handshake over. A client
+// starts its TLS handshake right after its SSLRequest, without waiting for
+// an answer, so the start of its ClientHello may already sit in the read
+// buffer: those bytes are handed to the TLS layer first.
+func (p *packetConn) tlsTransport() net.Conn {
+	n := p.r.Buffered()
+	if n == 0 {
+		return p.conn
+	}
+	b, _ := p.r.Peek(n)
+	pre := append([]byte(nil), b...)
+	p.r.Discard(n)
+	return &prefixConn{Conn: p.conn, pre: pre}
+}
+
+// prefixConn reads pre before the connection's own data.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(b, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
 // upgradeTLS replaces the connection with a TLS one after the handshake
-// packets that negotiated it. Nothing may be left unread in the buffer: the
-// peer starts TLS right after its request.
+// packets that negotiated it; tc runs over tlsTransport's connection, so
+// nothing is left unread in the buffer.
 func (p *packetConn) upgradeTLS(tc *tls.Conn) error {
 	if p.r.Buffered() > 0 {
 		return p.fail(malformed("data after the TLS request"))

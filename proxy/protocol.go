@@ -122,19 +122,20 @@ func isTerminator(first byte, length int) bool {
 
 // Error codes and states the proxy itself answers with.
 const (
-	erConCount         = 1040 // ER_CON_COUNT_ERROR: too many connections
-	erHandshake        = 1043 // ER_HANDSHAKE_ERROR
-	erAccessDenied     = 1045 // ER_ACCESS_DENIED_ERROR
-	erNotAllowed       = 1148 // ER_NOT_ALLOWED_COMMAND: statement refused
-	erNetPacketTooBig  = 1153 // ER_NET_PACKET_TOO_LARGE
-	erSecureTransport  = 3159 // ER_SECURE_TRANSPORT_REQUIRED
-	erSignal           = 1644 // ER_SIGNAL_EXCEPTION, what SIGNAL SQLSTATE '45000' gives: a stale write in on_stale: error
-	crConnHostError    = 2003 // CR_CONN_HOST_ERROR: backend unreachable
-	crServerLost       = 2013 // CR_SERVER_LOST: backend gone mid-command
-	crSSLConnection    = 2026 // CR_SSL_CONNECTION_ERROR
-	erUnknownComError  = 1047 // ER_UNKNOWN_COM_ERROR
-	erServerShutdown   = 1053 // ER_SERVER_SHUTDOWN
-	erNetReadInterrupt = 1159 // ER_NET_READ_INTERRUPTED
+	erConCount             = 1040 // ER_CON_COUNT_ERROR: too many connections
+	erHandshake            = 1043 // ER_HANDSHAKE_ERROR
+	erAccessDenied         = 1045 // ER_ACCESS_DENIED_ERROR
+	erNotAllowed           = 1148 // ER_NOT_ALLOWED_COMMAND: statement refused
+	erNetPacketTooBig      = 1153 // ER_NET_PACKET_TOO_LARGE
+	erNetPacketsOutOfOrder = 1156 // ER_NET_PACKETS_OUT_OF_ORDER
+	erSecureTransport      = 3159 // ER_SECURE_TRANSPORT_REQUIRED
+	erSignal               = 1644 // ER_SIGNAL_EXCEPTION, what SIGNAL SQLSTATE '45000' gives: a stale write in on_stale: error
+	crConnHostError        = 2003 // CR_CONN_HOST_ERROR: backend unreachable
+	crServerLost           = 2013 // CR_SERVER_LOST: backend gone mid-command
+	crSSLConnection        = 2026 // CR_SSL_CONNECTION_ERROR
+	erUnknownComError      = 1047 // ER_UNKNOWN_COM_ERROR
+	erServerShutdown       = 1053 // ER_SERVER_SHUTDOWN
+	erNetReadInterrupt     = 1159 // ER_NET_READ_INTERRUPTED
 )
 
 // errPayload builds an ERR packet payload (protocol 4.1 form).

@@ -41,6 +41,8 @@ type Proxy struct {
 	audit   *audit.Log
 	adminDB *sql.DB // the proxy's own backend account (backend.user), nil if none
 
+	ownsAdminDB bool // opened by New, closed by Shutdown
+
 	rt atomic.Pointer[runtime]
 
 	backendAddr string
@@ -74,9 +76,10 @@ type Options struct {
 	Logger  *slog.Logger
 	Metrics *Metrics   // nil: unregistered collectors
 	Audit   *audit.Log // nil: memory only
-	// AdminDB is a pool on the proxy's own backend account (backend.user):
-	// lease functions change leases through it. nil: they run in the
-	// client's session.
+	// AdminDB is a pool on the proxy's own backend account: lease
+	// functions change leases through it. nil: New opens one itself when
+	// backend.user is configured; without it they run in the client's
+	// session.
 	AdminDB *sql.DB
 }
 
@@ -109,6 +112,12 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 	}
 	if p.clientTLS, err = clientTLSConfig(cfg.ClientTLS); err != nil {
 		return nil, err
+	}
+	if p.adminDB == nil {
+		if p.adminDB, err = OpenAdminDB(cfg.Backend); err != nil {
+			return nil, fmt.Errorf("backend.user: %w", err)
+		}
+		p.ownsAdminDB = p.adminDB != nil
 	}
 	p.Update(cfg, pol)
 	return p, nil
@@ -219,6 +228,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 	finished := make(chan struct{})
 	go func() { p.wg.Wait(); close(finished) }()
+	if p.ownsAdminDB {
+		defer p.adminDB.Close()
+	}
 	select {
 	case <-finished:
 		return nil
@@ -247,6 +259,15 @@ func (p *Proxy) ActiveConnections() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// Ready tells whether the backend can be used: a real login with the
+// proxy's own account when it has one, else CheckBackend.
+func (p *Proxy) Ready(ctx context.Context) error {
+	if p.adminDB != nil {
+		return p.adminDB.PingContext(ctx)
+	}
+	return p.CheckBackend(ctx)
 }
 
 // CheckBackend tells whether the backend accepts connections: it dials and

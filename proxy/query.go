@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -28,8 +29,12 @@ func (c *clientConn) readCommand(limit int) (payload []byte, inPlace bool, err e
 	}
 	payload, c.cmdSeq, err = c.client.readPacket(c.buf[:0], limit+1)
 	if errors.Is(err, errTooLarge) {
-		return nil, false, c.sendError(erNetPacketTooBig, "08S01", fmt.Sprintf(
+		// As a server past max_allowed_packet: the error, then the end of
+		// the connection.
+		c.sendError(erNetPacketTooBig, "08S01", fmt.Sprintf(
 			"fenceproxy: statement larger than limits.max_query_bytes (%d bytes): it cannot be checked for protected tables", limit))
+		c.client.flush()
+		return nil, false, c.client.fail(errTooLarge)
 	}
 	if err != nil {
 		return nil, false, err
@@ -83,6 +88,12 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		return err
 	}
 	d := rt.engine.Query(payload[1:], c.srv, &c.sess)
+	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
+		d = rt.engine.Query(payload[1:], c.srv, &c.sess)
+	}
+	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
+		d = c.shadow(rt, d, payload[1:])
+	}
 	if d.Action == rewrite.Forward && d.Stmts == nil {
 		// The hot path: nothing here concerns fencing.
 		c.p.metrics.stmtForwarded.Inc()
@@ -114,6 +125,11 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		} else {
 			c.p.metrics.stmtForwarded.Inc()
 		}
+		if rt.policy.Mode == modeShadow {
+			if err := c.shadowCheck(rt, d.Stmts); err != nil {
+				return err
+			}
+		}
 		if err := c.sendOriginal(payload, inPlace); err != nil {
 			return err
 		}
@@ -140,6 +156,12 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 		return err
 	}
 	d := rt.engine.Prepare(payload[1:], c.srv, &c.sess)
+	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
+		d = rt.engine.Prepare(payload[1:], c.srv, &c.sess)
+	}
+	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
+		d = c.shadow(rt, d, payload[1:])
+	}
 	switch d.Action {
 	case rewrite.Refuse:
 		sql := string(payload[1:])
@@ -164,11 +186,15 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	if err != nil || !ok {
 		return err
 	}
-	if f := writeFence(d.Stmts); f != nil {
+	// Remember what executing it does when that matters: a protected write
+	// to check, or a session effect (a prepared SET sql_mode, say).
+	if len(d.Stmts) == 1 && d.Stmts[0].Kind != rewrite.Other {
 		if c.prepared == nil {
 			c.prepared = map[uint32]*preparedStmt{}
 		}
-		c.prepared[id] = &preparedStmt{fence: f}
+		st := d.Stmts[0]
+		st.StripInfo = st.StripInfo && d.Action == rewrite.Send
+		c.prepared[id] = &preparedStmt{stmt: st}
 	} else {
 		delete(c.prepared, id)
 	}
@@ -191,10 +217,15 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 	if ps.call != nil {
 		return c.executeLeaseCall(rt, ps)
 	}
+	if rt.policy.Mode == modeShadow {
+		if err := c.shadowCheck(rt, []rewrite.Stmt{ps.stmt}); err != nil {
+			return err
+		}
+	}
 	if err := c.forwardCommand(); err != nil {
 		return err
 	}
-	t := newTracker(c, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: ps.fence}}, true)
+	t := newTracker(c, rt, []rewrite.Stmt{ps.stmt}, true)
 	if err := c.relayResults(t); err != nil {
 		return err
 	}
@@ -211,4 +242,40 @@ func writeFence(stmts []rewrite.Stmt) *rewrite.Fence {
 		}
 	}
 	return nil
+}
+
+// shadow turns a decision into what shadow mode does: the client's text goes
+// to the server unchanged; a statement that would be refused is audited
+// now, a protected write after its result (the tracker checks its lease).
+func (c *clientConn) shadow(rt *runtime, d rewrite.Decision, sql []byte) rewrite.Decision {
+	if d.Action == rewrite.Refuse {
+		c.auditRefusal(rt, d.Refusal, string(sql), "shadow")
+		return rewrite.Decision{Action: rewrite.Forward}
+	}
+	stmts := make([]rewrite.Stmt, len(d.Stmts))
+	for i, st := range d.Stmts {
+		st.StripInfo = false // the original statement's OK is the server's own
+		stmts[i] = st
+	}
+	return rewrite.Decision{Action: rewrite.Forward, Stmts: stmts}
+}
+
+// learnSQLMode asks the session for its sql_mode, for a statement that reads
+// differently under the settings the proxy could not track (the server's
+// default, or a SET from a variable). It reports whether it learned it.
+func (c *clientConn) learnSQLMode() bool {
+	rows, err := c.backendQuery("SELECT @@SESSION.sql_mode")
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 {
+		return false
+	}
+	modes := "," + strings.ToUpper(rows[0][0].s) + ","
+	c.sess.ANSIQuotes = rewrite.Off
+	if strings.Contains(modes, ",ANSI_QUOTES,") {
+		c.sess.ANSIQuotes = rewrite.On
+	}
+	c.sess.NoBackslashEscapes = rewrite.Off
+	if strings.Contains(modes, ",NO_BACKSLASH_ESCAPES,") {
+		c.sess.NoBackslashEscapes = rewrite.On
+	}
+	return true
 }

@@ -13,11 +13,22 @@ import (
 // unread in the client buffer) to the backend unchanged, streaming
 // continuation packets.
 func (c *clientConn) forwardCommand() error {
+	total := 0
 	for {
+		if c.cmdLimit > 0 {
+			n, _, err := c.client.peekHeader()
+			if err != nil {
+				return err
+			}
+			if total+n-1 > c.cmdLimit {
+				return c.refuseTooLarge()
+			}
+		}
 		n, _, err := copyPacket(c.backend, c.client, 0)
 		if err != nil {
 			return err
 		}
+		total += n
 		if n < maxPayload {
 			return c.backend.flush()
 		}

@@ -5,9 +5,10 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// TEMPORARY until package rewrite lands its Engine.
-func newRewriter(pol *policy.Policy, cache int) Rewriter { return nil }
+func newRewriter(pol *policy.Policy, cache int) Rewriter {
+	return rewrite.New(pol, rewrite.Options{CacheEntries: cache})
+}
 
-func parseServerVersion(v string) rewrite.Server { return rewrite.Server{} }
+func parseServerVersion(v string) rewrite.Server { return rewrite.ParseServerVersion(v) }
 
-func statementDigest(sql string) string { return "" }
+func statementDigest(sql string) string { return rewrite.Digest(sql) }

@@ -96,23 +96,9 @@ func serve(ctx context.Context, reloader *policy.Reloader, logger *slog.Logger, 
 	}
 	defer auditLog.Close()
 
-	adminDB, err := proxy.OpenAdminDB(cfg.Backend)
+	p, err := proxy.New(cfg, reloader.Policy(), proxy.Options{Logger: logger, Metrics: metrics, Audit: auditLog})
 	if err != nil {
 		return err
-	}
-	ready := func(ctx context.Context) error { return nil }
-	if adminDB != nil {
-		defer adminDB.Close()
-		// A real login: probes that connect and hang up count toward the
-		// server's max_connect_errors.
-		ready = adminDB.PingContext
-	}
-	p, err := proxy.New(cfg, reloader.Policy(), proxy.Options{Logger: logger, Metrics: metrics, Audit: auditLog, AdminDB: adminDB})
-	if err != nil {
-		return err
-	}
-	if adminDB == nil {
-		ready = p.CheckBackend
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -129,7 +115,7 @@ func serve(ctx context.Context, reloader *policy.Reloader, logger *slog.Logger, 
 			return err
 		}
 		adminSrv = &http.Server{
-			Handler:           &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: ready},
+			Handler:           &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: p.Ready},
 			ReadHeaderTimeout: 5 * time.Second,
 		}
 		go adminSrv.Serve(aln)
@@ -200,5 +186,3 @@ func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
-
-
