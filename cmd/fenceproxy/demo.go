@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/integration/dbserver"
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
+)
+
+func init() {
+	commands["demo"] = command{"play the stale-writer story against a throwaway database", runDemo}
+}
+
+// runDemo starts a disposable server and the proxy in front of it, plays
+// the stale-writer story step by step, then leaves both running for the
+// user to explore until Ctrl-C.
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:6033", "address for the proxy (a free port is used if taken)")
+	ttl := fs.Duration("ttl", 2*time.Second, "worker A's lease time to live")
+	noWait := fs.Bool("exit", false, "exit after the story instead of keeping the proxy running")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d := &demo{out: stdout, ttl: *ttl}
+	if err := d.run(ctx, *listen, !*noWait); err != nil {
+		if errors.Is(err, dbserver.ErrNotFound) {
+			fmt.Fprintf(stderr, "fenceproxy demo needs a MariaDB or MySQL server binary (mariadbd or mysqld) on this machine.\n"+
+				"On Debian or Ubuntu: sudo apt-get install mariadb-server\n(%v)\n", err)
+			return 1
+		}
+		fmt.Fprintln(stderr, "demo:", err)
+		return 1
+	}
+	return 0
+}
+
+type demo struct {
+	out io.Writer
+	ttl time.Duration
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) step(who, format string, args ...any) {
+	fmt.Fprintf(d.out, "  %-8s %s\n", who, fmt.Sprintf(format, args...))
+}
+
+func (d *demo) run(ctx context.Context, listen string, wait bool) error {
+	d.say("fenceproxy demo: a lease that expires while its worker is still writing.\n")
+	d.say("Starting a throwaway database server...")
+	srv, err := dbserver.Start(ctx, dbserver.Options{})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	d.say("  %s %s on %s (data in %s, removed on exit)", srv.Flavor, srv.Version, srv.Addr, srv.Dir)
+
+	root, err := sql.Open("mysql", srv.RootDSN(""))
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, q := range []string{
+		"CREATE DATABASE app",
+		"CREATE TABLE app.reconciliation_runs (id INT PRIMARY KEY, status VARCHAR(20) NOT NULL, result VARCHAR(100), worker CHAR(1), token BIGINT UNSIGNED)",
+	} {
+		if _, err := root.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	if err := lease.CreateSchema(ctx, root, "app."+lease.DefaultTable); err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "fenceproxy-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if ln, err := net.Listen("tcp", listen); err == nil {
+		ln.Close()
+	} else {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	listen = ln.Addr().String()
+	ln.Close()
+	auditFile := filepath.Join(dir, "audit.jsonl")
+	cfgFile := filepath.Join(dir, "fenceproxy.yaml")
+	cfgText := fmt.Sprintf(`listen: %s
+admin: ""
+log_level: error
+backend:
+  address: %s
+tables:
+  - name: app.reconciliation_runs
+    lease: admin:reconciliation
+audit:
+  file: %s
+`, listen, srv.Addr, auditFile)
+	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o600); err != nil {
+		return err
+	}
+	reloader, err := policy.NewReloader(cfgFile)
+	if err != nil {
+		return err
+	}
+	proxyCtx, stopProxy := context.WithCancel(context.Background())
+	defer stopProxy()
+	proxyDone := make(chan error, 1)
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelError)
+	go func() { proxyDone <- serve(proxyCtx, reloader, newLogger(os.Stderr, "text", level), level) }()
+	if err := awaitListening(ctx, listen); err != nil {
+		return err
+	}
+	d.say("Started fenceproxy on %s in front of it, protecting app.reconciliation_runs\nunder the lease admin:reconciliation (config: %s).\n", listen, cfgFile)
+
+	dsn := fmt.Sprintf("%s:%s@tcp(%s)/app", dbserver.AppUser, dbserver.AppPassword, listen)
+	a, err := openOne(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	b, err := openOne(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	d.say("1. Worker A takes the lease and starts the nightly reconciliation run.")
+	var tokA sql.NullInt64
+	ttlSec := fmt.Sprintf("%.3f", d.ttl.Seconds())
+	if err := a.QueryRowContext(ctx, "SELECT fence_acquire('admin:reconciliation', "+ttlSec+")").Scan(&tokA); err != nil {
+		return err
+	}
+	d.step("[A]", "SELECT fence_acquire('admin:reconciliation', %s)  -> fence token %d", ttlSec, tokA.Int64)
+	if _, err := a.ExecContext(ctx, "INSERT INTO reconciliation_runs (id, status, worker, token) VALUES (1, 'running', 'A', @fence_token)"); err != nil {
+		return err
+	}
+	d.step("[A]", "INSERT INTO reconciliation_runs ... 'running'                -> 1 row")
+
+	d.say("\n2. Worker A stalls (a GC pause, a slow API, a frozen VM) past its lease...")
+	if err := awaitExpired(ctx, root, "admin:reconciliation"); err != nil {
+		return err
+	}
+	d.step("[db]", "admin:reconciliation expired by database time")
+
+	d.say("\n3. Worker B sees the lease expired, takes it over and completes the run.")
+	var tokB sql.NullInt64
+	if err := b.QueryRowContext(ctx, "SELECT fence_acquire('admin:reconciliation', 60)").Scan(&tokB); err != nil {
+		return err
+	}
+	d.step("[B]", "SELECT fence_acquire('admin:reconciliation', 60)  -> fence token %d", tokB.Int64)
+	res, err := b.ExecContext(ctx, "UPDATE reconciliation_runs SET status = 'done', result = 'B: 1200 rows matched', worker = 'B', token = @fence_token WHERE id = 1")
+	if err != nil {
+		return err
+	}
+	n, _ := res.RowsAffected()
+	d.step("[B]", "UPDATE reconciliation_runs SET status = 'done', result = 'B: ...'  -> %d row", n)
+	var released int
+	if err := b.QueryRowContext(ctx, "SELECT fence_release()").Scan(&released); err != nil {
+		return err
+	}
+	d.step("[B]", "SELECT fence_release()  -> %d (the lease expires now; its token stays %d)", released, tokB.Int64)
+
+	d.say("\n4. Worker A wakes up, unaware, and writes its stale result.")
+	res, err = a.ExecContext(ctx, "UPDATE reconciliation_runs SET status = 'done', result = 'A: stale totals', worker = 'A', token = @fence_token WHERE id = 1")
+	if err != nil {
+		return err
+	}
+	n, _ = res.RowsAffected()
+	d.step("[A]", "UPDATE reconciliation_runs SET status = 'done', result = 'A: ...'  -> %d rows", n)
+	d.step("", "fenceproxy added the fence; the database found token %d stale and matched nothing.", tokA.Int64)
+
+	var status, result, worker string
+	var token int64
+	if err := root.QueryRowContext(ctx, "SELECT status, result, worker, token FROM app.reconciliation_runs WHERE id = 1").Scan(&status, &result, &worker, &token); err != nil {
+		return err
+	}
+	d.say("\n5. B's result is intact:")
+	d.step("[db]", "status=%s result=%q worker=%s token=%d", status, result, worker, token)
+	d.say("\n   and the rejected write is in the audit log (%s):", auditFile)
+	if line, err := lastLine(auditFile); err == nil {
+		d.step("", "%s", line)
+	}
+
+	if !wait {
+		return nil
+	}
+	d.say(`
+The proxy keeps running. Try it yourself (Ctrl-C to stop and remove everything):
+
+  mariadb -h %s -P %s -u %s -p'%s' app
+
+  SELECT fence_acquire('admin:reconciliation', 30);             -- the next fence token
+  UPDATE reconciliation_runs SET result = 'mine' WHERE id = 1;   -- 1 row: you hold the lease
+  SELECT fence_status();
+  SET @fence_token = @fence_token - 1;
+  UPDATE reconciliation_runs SET result = 'stale' WHERE id = 1;  -- 0 rows, audited
+  TRUNCATE reconciliation_runs;                                  -- refused: cannot be fenced
+`, host(listen), port(listen), dbserver.AppUser, dbserver.AppPassword)
+	select {
+	case <-ctx.Done():
+		d.say("\nStopping.")
+	case err := <-proxyDone:
+		return err
+	}
+	stopProxy()
+	return <-proxyDone
+}
+
+func openOne(ctx context.Context, dsn string) (*sql.Conn, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	return db.Conn(ctx)
+}
+
+func awaitListening(ctx context.Context, addr string) error {
+	for i := 0; i < 200; i++ {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the proxy did not start listening on %s", addr)
+}
+
+// awaitExpired waits until the database says the lease has expired.
+func awaitExpired(ctx context.Context, db *sql.DB, name string) error {
+	for {
+		var held bool
+		if err := db.QueryRowContext(ctx, "SELECT leased_until > SYSDATE(3) FROM app.fenced_job_leases WHERE lease_name = ?", name).Scan(&held); err != nil {
+			return err
+		}
+		if !held {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func lastLine(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var last string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	return strings.TrimSpace(last), sc.Err()
+}
+
+func host(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }
+func port(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }

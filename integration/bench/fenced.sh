@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Fenced writes, end to end: fenced_write.lua's transactions (oltp_write_only's
+# UPDATE index, UPDATE non-index, DELETE + INSERT) on the four sbtest tables,
+# protected, through fenceproxy (plain statements; the proxy adds the fence),
+# against the same writes with the fence written by hand into the SQL, through
+# haproxy and directly. Ratios are to haproxy, per round.
+#
+#   integration/bench/fenced.sh [sysbench-compare.sh options...]
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BACKEND=${BACKEND:-127.0.0.1:3306}
+export FP_CONFIG_EXTRA="fencing:
+  lease_table: sbtest.fenced_job_leases
+tables:
+  - name: sbtest.sbtest1
+  - name: sbtest.sbtest2
+  - name: sbtest.sbtest3
+  - name: sbtest.sbtest4"
+mariadb -uroot -e "CREATE DATABASE IF NOT EXISTS sbtest"
+sysbench "$HERE/fenced_write.lua" --db-driver=mysql --mysql-host="${BACKEND%:*}" --mysql-port="${BACKEND##*:}" \
+  --mysql-user=root --mysql-db=sbtest prepare >/dev/null
+exec "$HERE/sysbench.sh" --tests "$HERE/fenced_write.lua" "$@"
