@@ -220,3 +220,59 @@ func queryStringConn(t *testing.T, c *sql.Conn, q string) string {
 	}
 	return s.String
 }
+
+// TestReloadProtectsPreparedStatements: a reload that protects a table must
+// not let statements prepared before it write that table unfenced.
+func TestReloadProtectsPreparedStatements(t *testing.T) {
+	e := newFencedEnv(t, envOptions{})
+	ctx := context.Background()
+	mustExec(t, e.root, "INSERT INTO notes (id, body) VALUES (1, 'n')")
+	c := e.session(t)
+	stmt, err := c.PrepareContext(ctx, "UPDATE notes SET body = ? WHERE id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stmt.Close()
+	read, err := c.PrepareContext(ctx, "SELECT body FROM notes WHERE id = ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer read.Close()
+	mustExec(t, c, "PREPARE s FROM 'UPDATE notes SET body = ''sql-level'' WHERE id = 1'")
+	if r, err := stmt.ExecContext(ctx, "before"); err != nil || rowsAffected(r) != 1 {
+		t.Fatalf("unprotected write before the reload: %v", err)
+	}
+
+	// A reload that changes nothing about fencing leaves them alone.
+	audit := "audit:\n  file: " + e.audits + "\n"
+	base := "tables:\n  - name: " + e.db + ".reconciliation_runs\n    lease: admin:reconciliation\n  - name: " + e.db + ".invoices\n"
+	e.proxy.reload(t, "log_level: debug\n"+audit+base)
+	if r, err := stmt.ExecContext(ctx, "same policy"); err != nil || rowsAffected(r) != 1 {
+		t.Fatalf("write after a reload that does not touch fencing: %v", err)
+	}
+
+	// Now notes is protected.
+	e.proxy.reload(t, audit+base+"  - name: "+e.db+".notes\n")
+	if _, err := stmt.ExecContext(ctx, "stale prepare"); err == nil || !strings.Contains(err.Error(), "prepare it again") {
+		t.Fatalf("execute of an unfenced statement after notes became protected: %v", err)
+	}
+	if _, err := c.ExecContext(ctx, "EXECUTE s"); err == nil || !strings.Contains(err.Error(), "run PREPARE s again") {
+		t.Fatalf("EXECUTE of an unfenced SQL-level statement: %v", err)
+	}
+	var body string
+	if err := read.QueryRowContext(ctx, 1).Scan(&body); err != nil || body != "same policy" {
+		t.Fatalf("a prepared read must keep working: %q %v", body, err)
+	}
+	// Prepared again, it is fenced: no fence context, no write.
+	again, err := c.PrepareContext(ctx, "UPDATE notes SET body = ? WHERE id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if r, err := again.ExecContext(ctx, "unfenced"); err != nil || rowsAffected(r) != 0 {
+		t.Fatalf("re-prepared statement without a fence: %v, %d rows", err, rowsAffected(r))
+	}
+	if got := queryString(t, e.root, "SELECT body FROM notes WHERE id = 1"); got != "same policy" {
+		t.Fatalf("notes.body = %q", got)
+	}
+}

@@ -32,6 +32,9 @@ type testProxy struct {
 	Reg     *prometheus.Registry
 	Config  *policy.Config
 	Policy  *policy.Policy
+
+	backendAddr string
+	backendYAML []string
 }
 
 // startProxy runs a proxy in front of backendAddr with the given extra YAML
@@ -48,7 +51,26 @@ func startProxy(t testing.TB, backendAddr, extraYAML string, backendYAML ...stri
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, yml)
 	}
-	return startProxyConfig(t, cfg)
+	tp := startProxyConfig(t, cfg)
+	tp.backendAddr, tp.backendYAML = backendAddr, backendYAML
+	return tp
+}
+
+// reload gives the running proxy a new configuration, as SIGHUP does.
+func (tp *testProxy) reload(t testing.TB, extraYAML string) {
+	t.Helper()
+	yml := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + tp.backendAddr + "\n"
+	for _, b := range tp.backendYAML {
+		yml += "  " + b + "\n"
+	}
+	yml += extraYAML
+	cfg, err := policy.Parse("test.yaml", []byte(yml))
+	if err != nil {
+		t.Fatalf("test config: %v\n%s", err, yml)
+	}
+	tp.Policy = cfg.Policy(tp.Policy.Version + 1)
+	tp.Config = cfg
+	tp.Proxy.Update(cfg, tp.Policy)
 }
 
 func startProxyConfig(t testing.TB, cfg *policy.Config) *testProxy {

@@ -15,6 +15,15 @@ import (
 type preparedStmt struct {
 	stmt   rewrite.Stmt       // what each execution does: a protected write, or a session effect
 	call   *rewrite.LeaseCall // a lease function the proxy answers itself
+
+	// A policy reload can protect a table that a statement prepared before
+	// it writes: gen is the fencing generation the statement was decided
+	// under, fenced whether the server holds the fenced text, text the
+	// client's statement (COM_STMT_PREPARE only) to decide again.
+	gen    uint64
+	fenced bool
+	text   string
+
 	id     uint32
 	params int
 	types  []uint16 // parameter types last bound by the client

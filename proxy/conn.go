@@ -79,6 +79,9 @@ func (c *clientConn) serve(rt *runtime) {
 			c.logEnd(err, "idle")
 			return
 		}
+		// The configuration may have changed while we waited: the command
+		// runs under the one in force now.
+		rt = c.p.rt.Load()
 		start := time.Now()
 		cmd, err := c.command(rt)
 		m := c.p.metrics

@@ -131,14 +131,15 @@ func (t *tracker) applyEffect(st *rewrite.Stmt) {
 		if inner == nil && st.Fence != nil {
 			inner = &rewrite.Stmt{Kind: rewrite.Write, Fence: st.Fence}
 		}
-		if inner == nil {
-			delete(c.named, st.Name)
-			return
-		}
 		if c.named == nil {
 			c.named = map[string]*preparedStmt{}
 		}
-		c.named[st.Name] = &preparedStmt{stmt: *inner}
+		ps := &preparedStmt{gen: t.rt.gen}
+		if inner != nil {
+			ps.stmt = *inner
+			ps.fenced = inner.Kind == rewrite.Write && t.enforcing()
+		}
+		c.named[st.Name] = ps
 	case rewrite.Execute:
 		// EXECUTE of a prepared SET has that SET's effect.
 		if ps := c.named[st.Name]; ps != nil && ps.stmt.Kind != rewrite.Write && ps.stmt.Kind != rewrite.Execute {

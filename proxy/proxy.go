@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +45,8 @@ type Proxy struct {
 
 	ownsAdminDB bool // opened by New, closed by Shutdown
 
-	rt atomic.Pointer[runtime]
+	rt       atomic.Pointer[runtime]
+	updateMu sync.Mutex // serialises Update
 
 	backendAddr string
 	backendTLS  *tls.Config // nil: plain
@@ -69,6 +72,12 @@ type runtime struct {
 	cfg    *policy.Config
 	policy *policy.Policy
 	engine Rewriter // nil when no table is protected
+
+	// gen changes when a reload changes what is fenced (tables, leases,
+	// lease table, variables, mode): statements prepared under an older
+	// generation must be decided again.
+	gen         uint64
+	fingerprint string
 }
 
 // Options are the proxy's collaborators.
@@ -126,11 +135,35 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 // Update installs a new configuration for connections and statements from
 // now on. Statements already being processed finish under the old one.
 func (p *Proxy) Update(cfg *policy.Config, pol *policy.Policy) {
-	rt := &runtime{cfg: cfg, policy: pol}
-	if pol != nil && len(pol.Tables) > 0 {
+	if pol == nil {
+		pol, _ = policy.NewPolicy(0, policy.Fencing{}, nil)
+	}
+	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol)}
+	if len(pol.Tables) > 0 {
 		rt.engine = newRewriter(pol, cfg.Limits.RewriteCache)
 	}
+	p.updateMu.Lock()
+	defer p.updateMu.Unlock()
+	if old := p.rt.Load(); old != nil {
+		rt.gen = old.gen
+		if old.fingerprint != rt.fingerprint {
+			rt.gen++
+		}
+	}
 	p.rt.Store(rt)
+}
+
+// fencingFingerprint is what a prepared statement's fencing depends on.
+func fencingFingerprint(pol *policy.Policy) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%s|", pol.LeaseTable, pol.Vars.Lease, pol.Vars.Owner, pol.Vars.Token, pol.Mode)
+	names := make([]string, 0, len(pol.Tables))
+	for _, t := range pol.Tables {
+		names = append(names, strings.ToLower(t.Schema+"."+t.Table)+"="+t.Lease)
+	}
+	sort.Strings(names)
+	b.WriteString(strings.Join(names, ","))
+	return b.String()
 }
 
 // Audit returns the proxy's audit log.

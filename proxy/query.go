@@ -102,6 +102,9 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		}
 		return c.relayResults(nil)
 	}
+	if r := c.staleNamedPrepare(rt, d.Stmts); r != nil {
+		d = rewrite.Decision{Action: rewrite.Refuse, Refusal: r}
+	}
 	switch d.Action {
 	case rewrite.Refuse:
 		sql := string(payload[1:])
@@ -144,24 +147,11 @@ func (c *clientConn) comQuery(rt *runtime) error {
 // comPrepare handles COM_STMT_PREPARE: the statement is fenced once and the
 // fence is evaluated at every execution.
 func (c *clientConn) comPrepare(rt *runtime) error {
-	if rt.engine == nil {
-		if err := c.forwardCommand(); err != nil {
-			return err
-		}
-		_, _, _, err := c.relayPrepareResponse()
-		return err
-	}
 	payload, inPlace, err := c.readCommand(rt.cfg.Limits.MaxQueryBytes)
 	if payload == nil {
 		return err
 	}
-	d := rt.engine.Prepare(payload[1:], c.srv, &c.sess)
-	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
-		d = rt.engine.Prepare(payload[1:], c.srv, &c.sess)
-	}
-	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
-		d = c.shadow(rt, d, payload[1:])
-	}
+	d := c.decidePrepare(rt, payload[1:])
 	switch d.Action {
 	case rewrite.Refuse:
 		sql := string(payload[1:])
@@ -186,17 +176,59 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	if err != nil || !ok {
 		return err
 	}
-	// Remember what executing it does when that matters: a protected write
-	// to check, or a session effect (a prepared SET sql_mode, say).
-	if len(d.Stmts) == 1 && d.Stmts[0].Kind != rewrite.Other {
-		if c.prepared == nil {
-			c.prepared = map[uint32]*preparedStmt{}
+	// Remember what executing it does (a protected write to check, a
+	// session effect such as a prepared SET sql_mode, or nothing), and
+	// under which policy that was decided.
+	if c.prepared == nil {
+		c.prepared = map[uint32]*preparedStmt{}
+	}
+	ps := &preparedStmt{gen: rt.gen, fenced: d.Action == rewrite.Send, text: string(payload[1:])}
+	if len(d.Stmts) == 1 {
+		ps.stmt = d.Stmts[0]
+	}
+	c.prepared[id] = ps
+	return nil
+}
+
+// decidePrepare asks the rewriter about a statement to prepare, as the
+// current policy says.
+func (c *clientConn) decidePrepare(rt *runtime, sql []byte) rewrite.Decision {
+	if rt.engine == nil {
+		return rewrite.Decision{Action: rewrite.Forward}
+	}
+	d := rt.engine.Prepare(sql, c.srv, &c.sess)
+	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
+		d = rt.engine.Prepare(sql, c.srv, &c.sess)
+	}
+	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
+		d = c.shadow(rt, d, sql)
+	}
+	return d
+}
+
+// redecide checks a statement prepared under an older fencing policy
+// against the current one. A statement the server holds unfenced that now
+// writes a protected table cannot run: the client must prepare it again
+// (fail closed). It returns the refusal to answer with, or nil.
+func (c *clientConn) redecide(rt *runtime, ps *preparedStmt) *rewrite.Refusal {
+	d := c.decidePrepare(rt, []byte(ps.text))
+	switch {
+	case d.Action == rewrite.Refuse:
+		return d.Refusal
+	case d.Action == rewrite.Send && !ps.fenced:
+		t := ""
+		if f := writeFence(d.Stmts); f != nil && len(f.Targets) > 0 {
+			t = f.Targets[0].Schema + "." + f.Targets[0].Table
 		}
-		st := d.Stmts[0]
-		st.StripInfo = st.StripInfo && d.Action == rewrite.Send
-		c.prepared[id] = &preparedStmt{stmt: st}
-	} else {
-		delete(c.prepared, id)
+		return &rewrite.Refusal{Table: t, Reason: "the fencing policy changed since this statement was prepared " +
+			"and now protects a table it writes; prepare it again"}
+	}
+	ps.gen = rt.gen
+	if !ps.fenced {
+		ps.stmt = rewrite.Stmt{}
+		if len(d.Stmts) == 1 {
+			ps.stmt = d.Stmts[0]
+		}
 	}
 	return nil
 }
@@ -216,6 +248,20 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 	}
 	if ps.call != nil {
 		return c.executeLeaseCall(rt, ps)
+	}
+	if ps.gen != rt.gen {
+		if r := c.redecide(rt, ps); r != nil {
+			if _, err := c.client.skipPacket(); err != nil {
+				return err
+			}
+			return c.refuse(rt, r, ps.text)
+		}
+	}
+	if ps.stmt.Kind == rewrite.Other {
+		if err := c.forwardCommand(); err != nil {
+			return err
+		}
+		return c.relayResults(nil)
 	}
 	if rt.policy.Mode == modeShadow {
 		if err := c.shadowCheck(rt, []rewrite.Stmt{ps.stmt}); err != nil {
@@ -278,4 +324,20 @@ func (c *clientConn) learnSQLMode() bool {
 		c.sess.NoBackslashEscapes = rewrite.On
 	}
 	return true
+}
+
+// staleNamedPrepare refuses EXECUTE of a SQL-level prepared statement that
+// was prepared unfenced under an older fencing policy: the proxy does not
+// keep its text to decide again, so the client must run PREPARE again.
+func (c *clientConn) staleNamedPrepare(rt *runtime, stmts []rewrite.Stmt) *rewrite.Refusal {
+	for _, st := range stmts {
+		if st.Kind != rewrite.Execute {
+			continue
+		}
+		if ps := c.named[st.Name]; ps != nil && ps.gen != rt.gen && !ps.fenced {
+			return &rewrite.Refusal{Reason: "the fencing policy changed since PREPARE " + st.Name +
+				"; run PREPARE " + st.Name + " again"}
+		}
+	}
+	return nil
 }
