@@ -13,8 +13,8 @@ import (
 // preparedStmt is what the proxy remembers of a prepared statement: only
 // statements that matter to fencing are kept.
 type preparedStmt struct {
-	stmt   rewrite.Stmt       // what each execution does: a protected write, or a session effect
-	call   *rewrite.LeaseCall // a lease function the proxy answers itself
+	stmt rewrite.Stmt       // what each execution does: a protected write, or a session effect
+	call *rewrite.LeaseCall // a lease function the proxy answers itself
 
 	// A policy reload can protect a table that a statement prepared before
 	// it writes: gen is the fencing generation the statement was decided
