@@ -71,7 +71,7 @@ type Proxy struct {
 type runtime struct {
 	cfg    *policy.Config
 	policy *policy.Policy
-	engine Rewriter // nil when no table is protected
+	engine Rewriter
 
 	// gen changes when a reload changes what is fenced (tables, leases,
 	// lease table, variables, mode): statements prepared under an older
@@ -138,10 +138,10 @@ func (p *Proxy) Update(cfg *policy.Config, pol *policy.Policy) {
 	if pol == nil {
 		pol, _ = policy.NewPolicy(0, policy.Fencing{}, nil)
 	}
-	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol)}
-	if len(pol.Tables) > 0 {
-		rt.engine = newRewriter(pol, cfg.Limits.RewriteCache)
-	}
+	// The rewriter runs even with no protected table: the SQL lease
+	// functions are the proxy's to answer in every configuration.
+	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol),
+		engine: newRewriter(pol, cfg.Limits.RewriteCache)}
 	p.updateMu.Lock()
 	defer p.updateMu.Unlock()
 	if old := p.rt.Load(); old != nil {

@@ -77,12 +77,6 @@ func (c *clientConn) sendRewritten(cmd byte, sql []byte) error {
 // comQuery handles COM_QUERY: ask the rewriter, then forward, send the
 // fenced text, refuse, or answer a lease function.
 func (c *clientConn) comQuery(rt *runtime) error {
-	if rt.engine == nil {
-		if err := c.forwardCommand(); err != nil {
-			return err
-		}
-		return c.relayResults(nil)
-	}
 	payload, inPlace, err := c.readCommand(rt.cfg.Limits.MaxQueryBytes)
 	if payload == nil {
 		return err
@@ -193,9 +187,6 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 // decidePrepare asks the rewriter about a statement to prepare, as the
 // current policy says.
 func (c *clientConn) decidePrepare(rt *runtime, sql []byte) rewrite.Decision {
-	if rt.engine == nil {
-		return rewrite.Decision{Action: rewrite.Forward}
-	}
 	d := rt.engine.Prepare(sql, c.srv, &c.sess)
 	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
 		d = rt.engine.Prepare(sql, c.srv, &c.sess)
