@@ -1,0 +1,251 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+func TestLenEnc(t *testing.T) {
+	for _, v := range []uint64{0, 1, 250, 251, 0xffff, 0x10000, 0xffffff, 0x1000000, math.MaxUint64} {
+		b := appendLenEnc(nil, v)
+		got, n, null := lenEnc(b)
+		if got != v || n != len(b) || null {
+			t.Errorf("%d: encoded %x, decoded %d (n=%d null=%v)", v, b, got, n, null)
+		}
+		if _, n, _ := lenEnc(b[:len(b)-1]); len(b) > 1 && n != 0 {
+			t.Errorf("%d: truncated encoding decoded", v)
+		}
+	}
+	if _, n, null := lenEnc([]byte{0xfb}); !null || n != 1 {
+		t.Error("0xFB is NULL")
+	}
+	if _, n, _ := lenEnc([]byte{0xff}); n != 0 {
+		t.Error("0xFF is not a length")
+	}
+}
+
+func okPayload(affected, insertID uint64, status, warnings uint16, rest []byte) []byte {
+	p := []byte{0}
+	p = appendLenEnc(p, affected)
+	p = appendLenEnc(p, insertID)
+	p = binary.LittleEndian.AppendUint16(p, status)
+	p = binary.LittleEndian.AppendUint16(p, warnings)
+	return append(p, rest...)
+}
+
+func TestParseOK(t *testing.T) {
+	p := okPayload(300, 70000, mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_MORE_RESULTS_EXISTS, 2, []byte("Rows matched: 1"))
+	ok, valid := parseOK(p)
+	if !valid || ok.affectedRows != 300 || ok.lastInsertID != 70000 || ok.warnings != 2 ||
+		ok.status != mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_MORE_RESULTS_EXISTS || string(p[ok.infoOff:]) != "Rows matched: 1" {
+		t.Fatalf("parseOK: %+v %v", ok, valid)
+	}
+	for i := 1; i < ok.infoOff; i++ {
+		if _, valid := parseOK(p[:i]); valid {
+			t.Fatalf("truncated OK of %d bytes accepted", i)
+		}
+	}
+}
+
+func TestEOFStatusAndTerminator(t *testing.T) {
+	eof := []byte{0xfe, 1, 0, byte(mysql.SERVER_STATUS_AUTOCOMMIT), 0}
+	if st, ok := eofStatus(eof, false); !ok || st != mysql.SERVER_STATUS_AUTOCOMMIT {
+		t.Fatalf("EOF status %x %v", st, ok)
+	}
+	okEOF := okPayload(0, 0, mysql.SERVER_MORE_RESULTS_EXISTS, 0, nil)
+	okEOF[0] = 0xfe
+	if st, ok := eofStatus(okEOF, true); !ok || st != mysql.SERVER_MORE_RESULTS_EXISTS {
+		t.Fatalf("OK-as-EOF status %x %v", st, ok)
+	}
+	if !isTerminator(0xfe, 7) || isTerminator(0xfe, maxPayload) || isTerminator(0x00, 7) {
+		t.Fatal("isTerminator")
+	}
+}
+
+// A MariaDB 10.11 greeting: CLIENT_MYSQL (bit 0) clear, extended
+// capabilities in the reserved bytes.
+func mariaGreeting() []byte {
+	p := []byte{10}
+	p = append(p, "5.5.5-10.11.19-MariaDB\x00"...)
+	p = binary.LittleEndian.AppendUint32(p, 42)
+	p = append(p, "abcdefgh"...)
+	p = append(p, 0)
+	caps := uint32(mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_PLUGIN_AUTH |
+		mysql.CLIENT_SSL | mysql.CLIENT_COMPRESS | mysql.CLIENT_DEPRECATE_EOF | mysql.CLIENT_MULTI_STATEMENTS)
+	p = binary.LittleEndian.AppendUint16(p, uint16(caps))
+	p = append(p, 45)
+	p = binary.LittleEndian.AppendUint16(p, mysql.SERVER_STATUS_AUTOCOMMIT)
+	p = binary.LittleEndian.AppendUint16(p, uint16(caps>>16))
+	p = append(p, 21)
+	p = append(p, 0, 0, 0, 0, 0, 0, 0x1d, 0, 0, 0) // MariaDB extended capabilities
+	p = append(p, "ijklmnopqrst\x00"...)
+	return append(p, "mysql_native_password\x00"...)
+}
+
+func TestServerHandshake(t *testing.T) {
+	h, err := parseServerHandshake(mariaGreeting())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.version != "5.5.5-10.11.19-MariaDB" || h.connID != 42 || string(h.scramble) != "abcdefghijklmnopqrst" ||
+		h.plugin != "mysql_native_password" || h.mariaExtOff < 0 {
+		t.Fatalf("parsed %+v", h)
+	}
+	for _, offer := range []bool{false, true} {
+		out, err := parseServerHandshake(h.forClient(offer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.caps&unofferedCaps != 0 {
+			t.Errorf("offered capabilities the proxy cannot relay: %x", out.caps&unofferedCaps)
+		}
+		if (out.caps&mysql.CLIENT_SSL != 0) != offer {
+			t.Errorf("TLS offered %v, want %v", out.caps&mysql.CLIENT_SSL != 0, offer)
+		}
+		if !bytes.Equal(out.raw[out.mariaExtOff:out.mariaExtOff+4], []byte{0, 0, 0, 0}) {
+			t.Error("MariaDB extended capabilities still offered")
+		}
+		if out.version != h.version || out.connID != h.connID || !bytes.Equal(out.scramble, h.scramble) || out.plugin != h.plugin {
+			t.Error("greeting changed beyond capabilities")
+		}
+	}
+	for i := 0; i < len(mariaGreeting())-25; i++ {
+		parseServerHandshake(mariaGreeting()[:i]) // must not panic
+	}
+}
+
+func TestClientHandshake(t *testing.T) {
+	caps := uint32(mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_PLUGIN_AUTH |
+		mysql.CLIENT_CONNECT_WITH_DB | mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | mysql.CLIENT_SSL | mysql.CLIENT_LONG_PASSWORD)
+	p := binary.LittleEndian.AppendUint32(nil, caps)
+	p = binary.LittleEndian.AppendUint32(p, 1<<24)
+	p = append(p, 45)
+	p = append(p, make([]byte, 23)...)
+	sslReq := append([]byte(nil), p...)
+	p = append(p, "alice\x00"...)
+	p = appendLenEncString(p, "01234567890123456789")
+	p = append(p, "app\x00mysql_native_password\x00"...)
+	ch, err := parseClientHandshake(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.user != "alice" || ch.db != "app" || ch.plugin != "mysql_native_password" || string(ch.authResp) != "01234567890123456789" {
+		t.Fatalf("parsed %+v", ch)
+	}
+	for _, tlsOn := range []bool{false, true} {
+		out := ch.forBackend(caps, tlsOn, len(ch.raw))
+		got := binary.LittleEndian.Uint32(out)
+		if (got&mysql.CLIENT_SSL != 0) != tlsOn || !bytes.Equal(out[4:], ch.raw[4:]) {
+			t.Errorf("forBackend(tls=%v): caps %x, rest changed: %v", tlsOn, got, !bytes.Equal(out[4:], ch.raw[4:]))
+		}
+	}
+	if r, err := parseClientHandshake(sslReq); err != nil || len(r.raw) != sslRequestLen {
+		t.Fatalf("SSLRequest: %v", err)
+	}
+	if _, err := parseClientHandshake(append(binary.LittleEndian.AppendUint32(nil, 0), make([]byte, 40)...)); err == nil {
+		t.Fatal("pre-4.1 client accepted")
+	}
+	for i := sslRequestLen + 1; i < len(p); i++ {
+		parseClientHandshake(p[:i]) // must not panic
+	}
+}
+
+func TestStripInfo(t *testing.T) {
+	info := []byte("Records: 1  Duplicates: 0  Warnings: 0")
+	plain := okPayload(1, 5, mysql.SERVER_STATUS_AUTOCOMMIT, 0, info)
+	ok, _ := parseOK(plain)
+	if got := stripInfo(plain, ok, 0, false); !bytes.Equal(got, plain[:ok.infoOff]) {
+		t.Errorf("without session tracking: %q", got)
+	}
+	state := appendLenEncString(nil, "\x01\x05\x04app")
+	tracked := okPayload(1, 5, mysql.SERVER_STATUS_AUTOCOMMIT|mysql.SERVER_SESSION_STATE_CHANGED, 0,
+		append(appendLenEncString(nil, string(info)), state...))
+	ok, _ = parseOK(tracked)
+	got := stripInfo(tracked, ok, mysql.CLIENT_SESSION_TRACK, true)
+	want := append(append(append([]byte(nil), tracked[:ok.infoOff]...), 0), state...)
+	binary.LittleEndian.PutUint16(want[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
+	if !bytes.Equal(got, want) {
+		t.Errorf("with session tracking:\n got %x\nwant %x", got, want)
+	}
+}
+
+func TestXORScrambleRoundTrip(t *testing.T) {
+	scramble := []byte("abcdefghijklmnopqrst")
+	x := xorScramble([]byte("secret"), scramble)
+	if len(x) != 7 {
+		t.Fatalf("want the password and its NUL, got %d bytes", len(x))
+	}
+	for i := range x {
+		x[i] ^= scramble[i%len(scramble)]
+	}
+	if string(x) != "secret\x00" {
+		t.Fatalf("round trip %q", x)
+	}
+}
+
+func TestUnsafeCollation(t *testing.T) {
+	for id, unsafe := range map[uint16]bool{45: false, 33: false, 8: false, 63: false, 255: false, 28: true, 95: true, 13: true, 1: true, 248: true, 1025: true} {
+		if unsafeCollation(id) != unsafe {
+			t.Errorf("collation %d: unsafe=%v", id, !unsafe)
+		}
+	}
+}
+
+func TestParseExecuteParams(t *testing.T) {
+	p := []byte{mysql.COM_STMT_EXECUTE, 1, 0, 0, 0, 0, 1, 0, 0, 0}
+	p = append(p, 0b100) // third parameter NULL
+	p = append(p, 1)     // types follow
+	p = binary.LittleEndian.AppendUint16(p, uint16(mysql.MYSQL_TYPE_VAR_STRING))
+	p = binary.LittleEndian.AppendUint16(p, uint16(mysql.MYSQL_TYPE_LONGLONG)|0x8000)
+	p = binary.LittleEndian.AppendUint16(p, uint16(mysql.MYSQL_TYPE_LONG))
+	p = binary.LittleEndian.AppendUint16(p, uint16(mysql.MYSQL_TYPE_TINY))
+	p = appendLenEncString(p, "job")
+	p = binary.LittleEndian.AppendUint64(p, math.MaxUint64)
+	p = append(p, 0xff) // TINY -1
+	vals, types, err := parseExecuteParams(p, 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []value{{s: "job"}, {s: "18446744073709551615"}, {null: true}, {s: "-1"}}
+	for i := range want {
+		if vals[i] != want[i] {
+			t.Errorf("param %d: %+v, want %+v", i, vals[i], want[i])
+		}
+	}
+	// A later execution may leave the types out.
+	again := append(append([]byte(nil), p[:10]...), 0, 0)
+	again = appendLenEncString(again, "x")
+	again = binary.LittleEndian.AppendUint64(again, 7)
+	again = binary.LittleEndian.AppendUint32(again, 9)
+	again = append(again, 1)
+	if vals, _, err := parseExecuteParams(again, 4, types); err != nil || vals[0].s != "x" || vals[2].s != "9" {
+		t.Fatalf("without types: %+v %v", vals, err)
+	}
+	if _, _, err := parseExecuteParams(p[:20], 4, nil); err == nil {
+		t.Fatal("truncated parameters accepted")
+	}
+}
+
+func TestClassifySQL(t *testing.T) {
+	pol, err := policy.NewPolicy(1, policy.Fencing{}, []policy.Table{{Name: "app.runs", Lease: "admin:runs"}, {Name: "app.invoices"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := classifySQL(pol, rewrite.Server{Flavor: rewrite.MariaDB}, rewrite.Target{Schema: "app", Table: "runs", Lease: "admin:runs"}, true)
+	if !strings.Contains(fixed, "l.lease_name = 'admin:runs' LOCK IN SHARE MODE)") || !strings.Contains(fixed, "FROM `app`.`fenced_job_leases`") ||
+		strings.Contains(fixed, "@fence_lease IS NULL") {
+		t.Errorf("fixed lease check: %s", fixed)
+	}
+	dyn := classifySQL(pol, rewrite.Server{Flavor: rewrite.TiDB}, rewrite.Target{Schema: "app", Table: "invoices"}, true)
+	if !strings.Contains(dyn, "l.lease_name = @fence_lease)") || !strings.Contains(dyn, "@fence_lease IS NULL") {
+		t.Errorf("session lease check on TiDB (no share lock): %s", dyn)
+	}
+}
