@@ -178,15 +178,23 @@ func bypassCases() []bypassCase {
 }
 
 func TestBypassAttempts(t *testing.T) {
-	e := New(testPolicy(t), Options{})
+	// The shape cache is on and the text cache off: each attempt is decided
+	// twice, the second time from its shape's plan where it has one.
+	e := New(testPolicy(t), Options{CacheEntries: -1, ShapeEntries: 4096})
 	for _, bc := range bypassCases() {
 		t.Run(bc.name, func(t *testing.T) {
 			sess := *bc.sess
 			var d Decision
-			if bc.prep {
-				d = e.Prepare([]byte(bc.sql), bc.srv, &sess)
-			} else {
-				d = e.Query([]byte(bc.sql), bc.srv, &sess)
+			for run := 1; run <= 2; run++ {
+				first := d
+				if bc.prep {
+					d = e.Prepare([]byte(bc.sql), bc.srv, &sess)
+				} else {
+					d = e.Query([]byte(bc.sql), bc.srv, &sess)
+				}
+				if diff := diffDecisions(d, first); run == 2 && diff != "" {
+					t.Fatalf("the second decision differs:\n%s", diff)
+				}
 			}
 			switch d.Action {
 			case Forward:

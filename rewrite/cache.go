@@ -8,8 +8,10 @@ import (
 // The cache remembers slow-path decisions, keyed by the statement text and
 // everything else the decision depends on: schema, lexing flags, character
 // set safety, server, and COM_QUERY versus COM_STMT_PREPARE (the policy is
-// the Engine's own). Lookups do not allocate: the map is indexed with
-// string(sql), which Go does not copy for a lookup.
+// the Engine's own). The shape cache (shape.go) uses the same structure,
+// keyed by a statement's shape instead of its text. Lookups do not
+// allocate: the map is indexed with string(key), which Go does not copy
+// for a lookup.
 //
 // Eviction is two-generational per shard: new entries go to the current
 // map; when it is half full it becomes the old map and the previous old map
@@ -21,15 +23,15 @@ const (
 	maxCachedLen = 64 << 10 // longer texts are rarely repeated
 )
 
-type cache struct {
+type cache[V any] struct {
 	seed   maphash.Seed
 	half   int // entries per shard generation
-	shards [cacheShards]cacheShard
+	shards [cacheShards]cacheShard[V]
 }
 
-type cacheShard struct {
+type cacheShard[V any] struct {
 	mu       sync.RWMutex
-	cur, old map[string][]cacheEntry
+	cur, old map[string][]cacheEntry[V]
 	n        int
 }
 
@@ -42,20 +44,20 @@ type cacheCtx struct {
 	prepare bool
 }
 
-type cacheEntry struct {
+type cacheEntry[V any] struct {
 	ctx cacheCtx
-	d   Decision
+	v   V
 }
 
-func newCache(entries int) *cache {
-	c := &cache{seed: maphash.MakeSeed()}
+func newCache[V any](entries int) *cache[V] {
+	c := &cache[V]{seed: maphash.MakeSeed()}
 	c.half = entries / cacheShards / 2
 	if c.half < 1 {
 		c.half = 1
 	}
 	for i := range c.shards {
-		c.shards[i].cur = make(map[string][]cacheEntry)
-		c.shards[i].old = make(map[string][]cacheEntry)
+		c.shards[i].cur = make(map[string][]cacheEntry[V])
+		c.shards[i].old = make(map[string][]cacheEntry[V])
 	}
 	return c
 }
@@ -65,56 +67,56 @@ func ctxOf(srv Server, s *Session, prepare bool) cacheCtx {
 		srv: srv, prepare: prepare}
 }
 
-func find(list []cacheEntry, ctx *cacheCtx) (Decision, bool) {
+func find[V any](list []cacheEntry[V], ctx *cacheCtx) (V, bool) {
 	for i := range list {
 		if list[i].ctx == *ctx {
-			return list[i].d, true
+			return list[i].v, true
 		}
 	}
-	return Decision{}, false
+	var zero V
+	return zero, false
 }
 
-func (c *cache) shard(sql []byte) *cacheShard {
-	return &c.shards[maphash.Bytes(c.seed, sql)%cacheShards]
+func (c *cache[V]) shard(key []byte) *cacheShard[V] {
+	return &c.shards[maphash.Bytes(c.seed, key)%cacheShards]
 }
 
-func (c *cache) get(sql []byte, srv Server, s *Session, prepare bool) (Decision, bool) {
-	if c == nil || len(sql) > maxCachedLen {
-		return Decision{}, false
+func (c *cache[V]) get(key []byte, ctx *cacheCtx) (V, bool) {
+	if c == nil || len(key) > maxCachedLen {
+		var zero V
+		return zero, false
 	}
-	ctx := ctxOf(srv, s, prepare)
-	sh := c.shard(sql)
+	sh := c.shard(key)
 	sh.mu.RLock()
-	d, ok := find(sh.cur[string(sql)], &ctx)
+	v, ok := find(sh.cur[string(key)], ctx)
 	if ok {
 		sh.mu.RUnlock()
-		return d, true
+		return v, true
 	}
-	d, ok = find(sh.old[string(sql)], &ctx)
+	v, ok = find(sh.old[string(key)], ctx)
 	sh.mu.RUnlock()
 	if ok {
-		c.put(sql, srv, s, prepare, d)
+		c.put(key, ctx, v)
 	}
-	return d, ok
+	return v, ok
 }
 
-func (c *cache) put(sql []byte, srv Server, s *Session, prepare bool, d Decision) {
-	if c == nil || len(sql) > maxCachedLen {
+func (c *cache[V]) put(key []byte, ctx *cacheCtx, v V) {
+	if c == nil || len(key) > maxCachedLen {
 		return
 	}
-	ctx := ctxOf(srv, s, prepare)
-	sh := c.shard(sql)
+	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := find(sh.cur[string(sql)], &ctx); ok {
+	if _, ok := find(sh.cur[string(key)], ctx); ok {
 		return
 	}
 	if sh.n >= c.half {
 		sh.old = sh.cur
-		sh.cur = make(map[string][]cacheEntry, c.half)
+		sh.cur = make(map[string][]cacheEntry[V], c.half)
 		sh.n = 0
 	}
-	key := string(sql)
-	sh.cur[key] = append(sh.cur[key], cacheEntry{ctx: ctx, d: d})
+	k := string(key)
+	sh.cur[k] = append(sh.cur[k], cacheEntry[V]{ctx: *ctx, v: v})
 	sh.n++
 }

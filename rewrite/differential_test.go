@@ -164,7 +164,9 @@ func TestLiveGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := New(p, Options{CacheEntries: -1})
+	// The shape cache is on: each statement is decided twice and the second
+	// decision, from its shape's plan where it has one, is the one run.
+	e := New(p, Options{CacheEntries: -1, ShapeEntries: 4096})
 	files, _ := filepath.Glob("testdata/*.golden")
 	ctx := context.Background()
 	checked := 0
@@ -183,10 +185,16 @@ func TestLiveGolden(t *testing.T) {
 				sess.Schema = "fpx_rw_live2"
 			}
 			var d Decision
-			if c.prepare {
-				d = e.Prepare([]byte(in), c.srv, &sess)
-			} else {
-				d = e.Query([]byte(in), c.srv, &sess)
+			for run := 1; run <= 2; run++ {
+				first := d
+				if c.prepare {
+					d = e.Prepare([]byte(in), c.srv, &sess)
+				} else {
+					d = e.Query([]byte(in), c.srv, &sess)
+				}
+				if diff := diffDecisions(d, first); run == 2 && diff != "" {
+					t.Errorf("%s %q: the second decision differs:\n%s", filepath.Base(path), c.name, diff)
+				}
 			}
 			if d.Action != Send {
 				continue

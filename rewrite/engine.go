@@ -11,6 +11,10 @@ type Options struct {
 	// CacheEntries bounds the number of remembered slow-path decisions
 	// (default 4096; negative disables the cache).
 	CacheEntries int
+	// ShapeEntries bounds the number of remembered statement shapes (see
+	// shape.go): 0 takes CacheEntries (and disables the shape cache with
+	// it), negative disables it.
+	ShapeEntries int
 }
 
 // Engine decides on statements for one policy snapshot. It is safe for
@@ -18,7 +22,8 @@ type Options struct {
 type Engine struct {
 	pol     *policy.Policy
 	needles matcher // protected table names, lease function prefix, sql_mode ...
-	cache   *cache
+	cache   *cache[*Decision]
+	shapes  *cache[*shapePlan]
 	fences  fenceTexts
 	// leases: the lease tables of the protected schemas. Only the lease
 	// functions write them; a client that could would forge its own lease.
@@ -51,7 +56,12 @@ func New(p *policy.Policy, opts Options) *Engine {
 		n = 4096
 	}
 	if n > 0 {
-		e.cache = newCache(n)
+		e.cache = newCache[*Decision](n)
+	}
+	if m := opts.ShapeEntries; m > 0 {
+		e.shapes = newCache[*shapePlan](m)
+	} else if m == 0 && n > 0 {
+		e.shapes = newCache[*shapePlan](n)
 	}
 	return e
 }
@@ -92,11 +102,38 @@ func (e *Engine) entry(sql []byte, srv Server, sess *Session, prepare bool) Deci
 	if e.fastAll(sql, srv, s) {
 		return Decision{Action: Forward}
 	}
-	if d, ok := e.cache.get(sql, srv, &s, prepare); ok {
-		return d
+	ctx := ctxOf(srv, &s, prepare)
+	if d, ok := e.cache.get(sql, &ctx); ok {
+		return *d
 	}
-	d := e.slow(sql, srv, s, prepare)
-	e.cache.put(sql, srv, &s, prepare, d)
+	return e.uncached(sql, srv, s, prepare, &ctx)
+}
+
+// uncached decides on a packet the text cache does not know: from the
+// shape cache (the same statement with other literal values), or by the
+// full path, whose decision then fills both caches.
+func (e *Engine) uncached(sql []byte, srv Server, s Session, prepare bool, ctx *cacheCtx) Decision {
+	sc := e.readShape(sql, srv, &s)
+	if sc != nil {
+		defer releaseShapeScan(sc)
+		if d, ok := e.shapeDecision(sql, sc, ctx); ok {
+			return d
+		}
+	}
+	var tr *shapeTrace
+	if sc != nil {
+		tr = &shapeTrace{}
+	}
+	d := e.slow(sql, srv, s, prepare, tr)
+	if e.cache != nil {
+		kept := d // on the heap only when there is a cache to keep it
+		e.cache.put(sql, ctx, &kept)
+	}
+	if tr != nil && tr.blind {
+		if p := newShapePlan(sql, sc.lits, d, tr.edits); p != nil {
+			e.shapes.put(sc.key, ctx, p)
+		}
+	}
 	return d
 }
 
@@ -138,8 +175,9 @@ func readings(t Tri, text []byte, c byte) []bool {
 
 // slow is the full decision. When a lexing flag is unknown and matters, the
 // packet is decided under each reading; the readings must agree, or the
-// packet is refused.
-func (e *Engine) slow(sql []byte, srv Server, s Session, prepare bool) Decision {
+// packet is refused. tr, if not nil, records for the shape cache what the
+// decision depended on; it is filled only when there is a single reading.
+func (e *Engine) slow(sql []byte, srv Server, s Session, prepare bool, tr *shapeTrace) Decision {
 	if s.UnsafeCharset && hasTrailPair(sql) && e.hasTables() {
 		return refuse("", "the client character set may hide quotes or backslashes inside multibyte characters, "+
 			"and this statement has a non-ASCII byte followed by one of @ [ \\ ] ^ ` { | } ~; "+
@@ -147,11 +185,14 @@ func (e *Engine) slow(sql []byte, srv Server, s Session, prepare bool) Decision 
 	}
 	ansi := readings(s.ANSIQuotes, sql, '"')
 	nbe := readings(s.NoBackslashEscapes, sql, '\\')
+	if len(ansi)*len(nbe) != 1 {
+		tr = nil
+	}
 	var first Decision
 	n := 0
 	for _, a := range ansi {
 		for _, b := range nbe {
-			d := e.decidePacket(sql, srv, s, lexMode{ansiQuotes: a, noBackslash: b, server: srv}, prepare)
+			d := e.decidePacket(sql, srv, s, lexMode{ansiQuotes: a, noBackslash: b, server: srv}, prepare, tr)
 			if n == 0 {
 				first = d
 			} else if !sameDecision(first, d) {

@@ -85,7 +85,8 @@ func FuzzRewrite(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s, uint8(0))
 	}
-	e := New(testPolicy(f), Options{CacheEntries: -1})
+	// The shape cache is on: inputs of one shape are answered from its plan.
+	e := New(testPolicy(f), Options{CacheEntries: -1, ShapeEntries: 4096})
 	f.Fuzz(func(t *testing.T, sql string, flags uint8) {
 		srv := fuzzServers[int(flags>>3)%len(fuzzServers)]
 		tri := func(b uint8) Tri { return []Tri{Off, On, Unknown, Off}[b&3] }

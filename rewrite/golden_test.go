@@ -263,7 +263,7 @@ func TestGolden(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no golden files: %v", err)
 	}
-	e := New(testPolicy(t), Options{CacheEntries: -1})
+	e := New(testPolicy(t), Options{CacheEntries: -1, ShapeEntries: -1})
 	for _, path := range files {
 		preamble, cases := parseGolden(t, path)
 		changed := false
@@ -288,6 +288,30 @@ func TestGolden(t *testing.T) {
 		}
 		if changed {
 			writeGolden(t, path, preamble, cases)
+		}
+	}
+	if *update {
+		return
+	}
+	// The same with the shape cache on (one engine for all files): each
+	// case twice, the second time from its shape's plan where it has one,
+	// and from other cases' plans where they share a shape.
+	shapes := New(testPolicy(t), Options{CacheEntries: -1, ShapeEntries: 4096})
+	for _, path := range files {
+		_, cases := parseGolden(t, path)
+		for _, c := range cases {
+			for run := 1; run <= 2; run++ {
+				sess := c.sess
+				var d Decision
+				if c.prepare {
+					d = shapes.Prepare([]byte(c.in), c.srv, &sess)
+				} else {
+					d = shapes.Query([]byte(c.in), c.srv, &sess)
+				}
+				if got := render(shapes, c, d); got != c.out {
+					t.Errorf("%s: case %q, run %d with the shape cache:\n--- got\n%s\n--- want\n%s", filepath.Base(path), c.name, run, got, c.out)
+				}
+			}
 		}
 	}
 }

@@ -43,13 +43,19 @@ type stmtRes struct {
 	// rest: the statement is a compound statement or stored program that
 	// the server reads up to its own END; it takes the rest of the packet.
 	rest bool
+	// valueBlind: the verdict depends on the statement's literals only
+	// through their kinds, never on their values or bytes, so the shape
+	// cache may reuse it for the same statement with other literals (set
+	// only while tracing, and only where shape.go explains why it holds).
+	valueBlind bool
 }
 
 type packetCtx struct {
 	e       *Engine
 	src     []byte
 	prepare bool
-	depth   int // PREPARE/EXECUTE IMMEDIATE nesting
+	depth   int         // PREPARE/EXECUTE IMMEDIATE nesting
+	trace   *shapeTrace // the shape cache's record of this decision; nil = none wanted
 }
 
 // restResult is the verdict on the statements from some position on.
@@ -60,15 +66,18 @@ type restResult struct {
 	refusal  *Refusal
 	call     *LeaseCall
 	nonEmpty int // statements with live tokens
+	// blind: every statement's verdict depended on its literals only
+	// through their kinds (stmtRes.valueBlind); meaningful while tracing.
+	blind bool
 }
 
 // decidePacket decides on a whole packet under one definite reading.
-func (e *Engine) decidePacket(sql []byte, srv Server, s Session, mode lexMode, prepare bool) Decision {
-	return e.decideText(sql, s, mode, prepare, 0)
+func (e *Engine) decidePacket(sql []byte, srv Server, s Session, mode lexMode, prepare bool, tr *shapeTrace) Decision {
+	return e.decideText(sql, s, mode, prepare, 0, tr)
 }
 
-func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, depth int) Decision {
-	pc := &packetCtx{e: e, src: sql, prepare: prepare, depth: depth}
+func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, depth int, tr *shapeTrace) Decision {
+	pc := &packetCtx{e: e, src: sql, prepare: prepare, depth: depth, trace: tr}
 	norm := make([]byte, len(sql))
 	copy(norm, sql)
 	r := pc.decideRest(0, pstate{schema: s.Schema, mode: mode, unsafe: s.UnsafeCharset}, norm)
@@ -76,6 +85,10 @@ func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, d
 }
 
 func (pc *packetCtx) finish(r restResult) Decision {
+	if pc.trace != nil {
+		pc.trace.blind = r.blind && r.refusal == nil && r.call == nil
+		pc.trace.edits = r.edits
+	}
 	if r.refusal != nil {
 		return Decision{Action: Refuse, Refusal: r.refusal}
 	}
@@ -121,7 +134,7 @@ func mapSpan(sp [2]int, edits []edit) [2]int {
 
 // decideRest decides on the statements from pos on.
 func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
-	var out restResult
+	out := restResult{blind: true}
 	for pos <= len(pc.src) {
 		toks, end, issue, issuePos := lexStatement(pc.src, pos, st.mode, norm)
 		next := end + 1
@@ -156,6 +169,7 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 			res.stmt.Span[1] = len(pc.src)
 		}
 		out.stmts = append(out.stmts, res.stmt)
+		out.blind = out.blind && res.valueBlind
 		out.matters = out.matters || res.matters
 		out.edits = append(out.edits, res.edits...)
 		if res.rest || final {
@@ -236,6 +250,8 @@ func sameRest(a, b restResult) bool {
 }
 
 func (r *restResult) merge(s restResult) {
+	// The rest was read under several possible sql_modes: not a shape.
+	r.blind = false
 	if s.refusal != nil {
 		r.refusal = s.refusal
 		return

@@ -187,7 +187,7 @@ func (in *stmtIn) innerDecision(src stringSource) (innerResult, *stmtRes) {
 		return innerResult{}, &r
 	}
 	sess := Session{Schema: in.st.schema, UnsafeCharset: in.st.unsafe}
-	d := e.decideText(text, sess, in.st.mode, true, in.pc.depth+1)
+	d := e.decideText(text, sess, in.st.mode, true, in.pc.depth+1, nil)
 	var out innerResult
 	switch d.Action {
 	case Refuse:

@@ -85,9 +85,13 @@ func (in *stmtIn) decide() stmtRes {
 		return in.refuse("", "BINLOG events cannot be checked for writes to protected tables")
 	case in.kw(0, "call"):
 		// A procedure's response is any number of result sets and one OK.
-		return stmtRes{stmt: Stmt{Kind: Call}}
+		// The verdict looks at nothing else.
+		return stmtRes{stmt: Stmt{Kind: Call}, valueBlind: true}
 	}
-	if e.hasTables() && in.hasInvalidUTF8Name() && !in.readOnlyHead() {
+	// A name that is not valid UTF-8 makes the verdict depend on whether
+	// the raw text, literals included, mentions a protected table.
+	invalidName := e.hasTables() && in.hasInvalidUTF8Name()
+	if invalidName && !in.readOnlyHead() {
 		if t := in.mentions(); t != "" {
 			return in.refuse(t, "this statement has a name that is not valid UTF-8 and mentions a protected table; "+
 				"the server may read that name as the protected table (character set conversion, case folding). "+
@@ -119,12 +123,10 @@ func (in *stmtIn) decide() stmtRes {
 		return in.setStmt(n)
 	case *ast.UseStmt:
 		return stmtRes{stmt: Stmt{Kind: Use, Schema: n.DBName}, matters: true}
-	case *ast.UpdateStmt:
-		return in.writeStmt(n, nil)
-	case *ast.DeleteStmt:
-		return in.writeStmt(n, nil)
-	case *ast.InsertStmt:
-		return in.writeStmt(n, nil)
+	case *ast.UpdateStmt, *ast.DeleteStmt, *ast.InsertStmt:
+		res := in.writeStmt(n, nil)
+		res.valueBlind = !invalidName && res.refusal == nil && in.writeIgnoresValues(n, &res)
+		return res
 	case *ast.ExplainStmt:
 		switch inner := n.Stmt.(type) {
 		case *ast.UpdateStmt, *ast.DeleteStmt, *ast.InsertStmt:
@@ -133,8 +135,11 @@ func (in *stmtIn) decide() stmtRes {
 			return in.writeStmt(inner, n)
 		}
 		return in.readOrRefuse(stmt)
-	case *ast.SelectStmt, *ast.SetOprStmt:
-		return stmtRes{stmt: Stmt{Kind: Other}}
+	case *ast.SelectStmt, *ast.SetOprStmt, *ast.BeginStmt, *ast.CommitStmt, *ast.RollbackStmt:
+		// Reads and transaction control are relayed whatever they say, as
+		// long as the parser reads them (readOrRefuse would also say Other);
+		// the same shape parses whatever its literals' values.
+		return stmtRes{stmt: Stmt{Kind: Other}, valueBlind: !invalidName && in.literalsAreValues(n)}
 	}
 	if !e.hasTables() {
 		return stmtRes{stmt: Stmt{Kind: Other}}
