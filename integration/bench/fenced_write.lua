@@ -20,9 +20,12 @@ sysbench.cmdline.options = {
 
 local fence
 local con
+local lease
 
-local function lease_name()
-   return string.format("sb:%d", sysbench.tid)
+-- A lease of its own per thread and run: a name reused across runs or
+-- paths would still be held (for a day) by the previous owner.
+local function new_lease_name(path)
+   return string.format("sb:%s:%d:%d:%d", path, sysbench.tid, os.time(), math.random(1, 1000000000))
 end
 
 function prepare()
@@ -39,19 +42,25 @@ end
 function thread_init()
    drv = sysbench.sql.driver()
    con = drv:connect()
+   math.randomseed(os.time() + sysbench.tid)
    local ok = pcall(function() con:query("SELECT fence_status()") end)
    if ok then
       fence = ""
-      con:query(string.format("SELECT fence_acquire('%s', 86400)", lease_name()))
+      lease = new_lease_name("proxy")
+      local rs = con:query(string.format("SELECT fence_acquire('%s', 3600)", lease))
+      local row = rs:fetch_row()
+      if row == nil or row[1] == nil then
+         error("fence_acquire('" .. lease .. "') returned NULL: the writes would all be rejected")
+      end
    else
       -- Hand-written fence: the lease row and the session variables.
+      lease = new_lease_name("hand")
       con:query(string.format(
-         "INSERT INTO %s VALUES ('%s', 'owner-%d', 1, SYSDATE(3) + INTERVAL 1 DAY) " ..
-         "ON DUPLICATE KEY UPDATE owner_token = VALUES(owner_token), fence_token = fence_token + 1, leased_until = VALUES(leased_until)",
-         sysbench.opt.lease_table, lease_name(), sysbench.tid))
+         "INSERT INTO %s VALUES ('%s', 'owner-%d', 1, SYSDATE(3) + INTERVAL 1 HOUR)",
+         sysbench.opt.lease_table, lease, sysbench.tid))
       con:query(string.format(
          "SELECT @fence_lease := lease_name, @fence_owner := owner_token, @fence_token := fence_token FROM %s WHERE lease_name = '%s'",
-         sysbench.opt.lease_table, lease_name()))
+         sysbench.opt.lease_table, lease))
       fence = "EXISTS (SELECT 1 FROM " .. sysbench.opt.lease_table .. " AS fence_l WHERE fence_l.lease_name = @fence_lease" ..
          " AND fence_l.owner_token = @fence_owner AND fence_l.fence_token = @fence_token" ..
          " AND fence_l.leased_until > SYSDATE(3) LOCK IN SHARE MODE)"
@@ -59,6 +68,11 @@ function thread_init()
 end
 
 function thread_done()
+   if fence == "" then
+      con:query("SELECT fence_release()")
+   else
+      con:query(string.format("DELETE FROM %s WHERE lease_name = '%s'", sysbench.opt.lease_table, lease))
+   end
    con:disconnect()
 end
 
