@@ -10,10 +10,11 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// preparedStmt is what the proxy remembers of a prepared statement: only
-// statements that matter to fencing are kept.
+// preparedStmt is what the proxy remembers of a prepared statement
+// (COM_STMT_PREPARE by id, SQL-level PREPARE by name): what executing it
+// does, and under which policy that was decided.
 type preparedStmt struct {
-	stmt rewrite.Stmt       // what each execution does: a protected write, or a session effect
+	stmt rewrite.Stmt       // what each execution does: a protected write, a session effect, or nothing (Kind Other)
 	call *rewrite.LeaseCall // a lease function the proxy answers itself
 
 	// A policy reload can protect a table that a statement prepared before
@@ -24,6 +25,7 @@ type preparedStmt struct {
 	fenced bool
 	text   string
 
+	// for lease functions the proxy answers itself
 	id     uint32
 	params int
 	types  []uint16 // parameter types last bound by the client

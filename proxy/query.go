@@ -81,13 +81,7 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	if payload == nil {
 		return err
 	}
-	d := rt.engine.Query(payload[1:], c.srv, &c.sess)
-	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
-		d = rt.engine.Query(payload[1:], c.srv, &c.sess)
-	}
-	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
-		d = c.shadow(rt, d, payload[1:])
-	}
+	d := c.decide(rt, payload[1:], false)
 	if d.Action == rewrite.Forward && d.Stmts == nil {
 		// The hot path: nothing here concerns fencing.
 		c.p.metrics.stmtForwarded.Inc()
@@ -145,7 +139,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	if payload == nil {
 		return err
 	}
-	d := c.decidePrepare(rt, payload[1:])
+	d := c.decide(rt, payload[1:], true)
 	switch d.Action {
 	case rewrite.Refuse:
 		sql := string(payload[1:])
@@ -184,12 +178,18 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	return nil
 }
 
-// decidePrepare asks the rewriter about a statement to prepare, as the
-// current policy says.
-func (c *clientConn) decidePrepare(rt *runtime, sql []byte) rewrite.Decision {
-	d := rt.engine.Prepare(sql, c.srv, &c.sess)
+// decide asks the rewriter about a COM_QUERY text or a statement to
+// prepare, as the current policy says: when the answer depends on an
+// sql_mode the proxy could not track, it learns it and asks again; in shadow
+// mode what would be sent or refused is relayed as it came.
+func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decision {
+	ask := rt.engine.Query
+	if prepare {
+		ask = rt.engine.Prepare
+	}
+	d := ask(sql, c.srv, &c.sess)
 	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
-		d = rt.engine.Prepare(sql, c.srv, &c.sess)
+		d = ask(sql, c.srv, &c.sess)
 	}
 	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
 		d = c.shadow(rt, d, sql)
@@ -202,7 +202,7 @@ func (c *clientConn) decidePrepare(rt *runtime, sql []byte) rewrite.Decision {
 // writes a protected table cannot run: the client must prepare it again
 // (fail closed). It returns the refusal to answer with, or nil.
 func (c *clientConn) redecide(rt *runtime, ps *preparedStmt) *rewrite.Refusal {
-	d := c.decidePrepare(rt, []byte(ps.text))
+	d := c.decide(rt, []byte(ps.text), true)
 	switch {
 	case d.Action == rewrite.Refuse:
 		return d.Refusal
