@@ -48,7 +48,8 @@ type packetConn struct {
 }
 
 func newPacketConn(s side, c net.Conn) *packetConn {
-	return &packetConn{side: s, conn: c, r: bufio.NewReaderSize(c, bufSize), w: bufio.NewWriterSize(c, bufSize)}
+	rw := socketIO(c)
+	return &packetConn{side: s, conn: c, r: bufio.NewReaderSize(rw, bufSize), w: bufio.NewWriterSize(rw, bufSize)}
 }
 
 // side names the peer of a packetConn.
