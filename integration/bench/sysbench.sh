@@ -10,7 +10,8 @@
 # socket without a password to create the benchmark user app/apppw),
 # SHARED (../shared relative to the repo), BENCH_WORK (/tmp/fenceproxy-bench),
 # FP_LISTEN (127.0.0.1:6033), FP_CONFIG_EXTRA (YAML appended to the proxy's
-# config, e.g. protected tables).
+# config, e.g. protected tables), ONE_PROC_LISTEN (empty; e.g. 127.0.0.1:6034:
+# also measure a second fenceproxy there, run with GOMAXPROCS=1).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared}
@@ -34,15 +35,25 @@ ${FP_CONFIG_EXTRA:-}
 YAML
 "$BENCH_WORK/fenceproxy" check-config "$BENCH_WORK/fenceproxy.yaml" >/dev/null
 "$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/fenceproxy.yaml" 2>"$BENCH_WORK/fenceproxy.log" &
-FP_PID=$!
+FP_PIDS=$!
+targets=(haproxy=127.0.0.1:13306 fenceproxy="$FP_LISTEN")
+rm -f "$BENCH_WORK/fenceproxy-1p.log"
+if [[ -n ${ONE_PROC_LISTEN:-} ]]; then
+  sed "s/^listen: .*/listen: $ONE_PROC_LISTEN/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-1p.yaml"
+  GOMAXPROCS=1 "$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/fenceproxy-1p.yaml" 2>"$BENCH_WORK/fenceproxy-1p.log" &
+  FP_PIDS="$FP_PIDS $!"
+  targets+=(fenceproxy-1p="$ONE_PROC_LISTEN")
+fi
 cleanup() {
-  kill "$FP_PID" 2>/dev/null || true
-  wait "$FP_PID" 2>/dev/null || true
+  kill $FP_PIDS 2>/dev/null || true
+  wait $FP_PIDS 2>/dev/null || true
   RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" stop >/dev/null || true
 }
 trap cleanup EXIT
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/${FP_LISTEN%:*}/${FP_LISTEN##*:}") 2>/dev/null && break; sleep 0.05; done
+for addr in "$FP_LISTEN" ${ONE_PROC_LISTEN:-}; do
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null && break; sleep 0.05; done
+done
 RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" start
 
 echo "== fenceproxy $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, $(go version | cut -d' ' -f3)"
-bash "$SHARED/bench/sysbench-compare.sh" "$@" haproxy=127.0.0.1:13306 fenceproxy="$FP_LISTEN" direct="$BACKEND"
+bash "$SHARED/bench/sysbench-compare.sh" "$@" "${targets[@]}" direct="$BACKEND"
