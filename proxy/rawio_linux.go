@@ -24,13 +24,20 @@ import (
 type rawSocket struct {
 	rc syscall.RawConn
 
-	// The callbacks read their arguments and leave their results here, and
-	// are bound once, so that no closure is allocated per call.
-	buf     []byte
-	n       int
-	errno   syscall.Errno
+	// One goroutine may read while another writes (the replication pipe),
+	// so each direction has its own state. The callbacks take their
+	// arguments and leave their results there, and are bound once, so that
+	// no closure is allocated per call.
+	r, w    rawCall
 	readFn  func(fd uintptr) bool
 	writeFn func(fd uintptr) bool
+}
+
+// rawCall is one direction's system call in progress.
+type rawCall struct {
+	buf   []byte
+	n     int
+	errno syscall.Errno
 }
 
 // socketIO returns the reader and writer to buffer c with: c itself, or a
@@ -54,32 +61,33 @@ func (s *rawSocket) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	s.buf, s.n, s.errno = b, 0, 0
+	s.r = rawCall{buf: b}
 	err := s.rc.Read(s.readFn)
-	s.buf = nil
+	r := s.r
+	s.r.buf = nil
 	switch {
 	case err != nil: // deadline, or the connection was closed
 		return 0, err
-	case s.errno != 0:
-		return 0, os.NewSyscallError("read", s.errno)
-	case s.n == 0:
+	case r.errno != 0:
+		return 0, os.NewSyscallError("read", r.errno)
+	case r.n == 0:
 		return 0, io.EOF
 	}
-	return s.n, nil
+	return r.n, nil
 }
 
 func (s *rawSocket) read(fd uintptr) bool {
 	for {
-		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.buf[0])), uintptr(len(s.buf)), 0, 0, 0)
+		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.r.buf[0])), uintptr(len(s.r.buf)), 0, 0, 0)
 		switch e {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false // wait in the poller
 		case 0:
-			s.n = int(n)
+			s.r.n = int(n)
 		default:
-			s.errno = e
+			s.r.errno = e
 		}
 		return true
 	}
@@ -89,23 +97,24 @@ func (s *rawSocket) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	s.buf, s.n, s.errno = b, 0, 0
+	s.w = rawCall{buf: b}
 	err := s.rc.Write(s.writeFn)
-	s.buf = nil
+	w := s.w
+	s.w.buf = nil
 	switch {
 	case err != nil:
-		return s.n, err
-	case s.errno != 0:
-		return s.n, os.NewSyscallError("write", s.errno)
+		return w.n, err
+	case w.errno != 0:
+		return w.n, os.NewSyscallError("write", w.errno)
 	}
-	return s.n, nil
+	return w.n, nil
 }
 
-// write sends all of s.buf, returning false to wait for the socket to drain.
-// MSG_NOSIGNAL: a peer gone away is an EPIPE error, not a signal.
+// write sends all of s.w.buf, returning false to wait for the socket to
+// drain. MSG_NOSIGNAL: a peer gone away is an EPIPE error, not a signal.
 func (s *rawSocket) write(fd uintptr) bool {
-	for s.n < len(s.buf) {
-		rest := s.buf[s.n:]
+	for s.w.n < len(s.w.buf) {
+		rest := s.w.buf[s.w.n:]
 		n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&rest[0])), uintptr(len(rest)), syscall.MSG_NOSIGNAL, 0, 0)
 		switch e {
 		case syscall.EINTR:
@@ -113,9 +122,9 @@ func (s *rawSocket) write(fd uintptr) bool {
 		case syscall.EAGAIN:
 			return false
 		case 0:
-			s.n += int(n)
+			s.w.n += int(n)
 		default:
-			s.errno = e
+			s.w.errno = e
 			return true
 		}
 	}

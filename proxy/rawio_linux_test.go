@@ -63,6 +63,41 @@ func TestRawSocket(t *testing.T) {
 		}
 	})
 
+	t.Run("reads and writes at once stay apart", func(t *testing.T) {
+		// The replication pipe reads a socket in one goroutine while
+		// another writes it: each side must see only its own bytes.
+		a, b := tcpPair(t)
+		sa, sb := socketIO(a), socketIO(b)
+		fromA := bytes.Repeat([]byte("a"), 1<<20)
+		fromB := bytes.Repeat([]byte("b"), 1<<20)
+		type result struct {
+			got []byte
+			err error
+		}
+		readAll := func(r io.Reader, n int, out chan<- result) {
+			buf := make([]byte, n)
+			_, err := io.ReadFull(r, buf)
+			out <- result{buf, err}
+		}
+		atA, atB := make(chan result, 1), make(chan result, 1)
+		go readAll(sa, len(fromB), atA)
+		go readAll(sb, len(fromA), atB)
+		werr := make(chan error, 2)
+		go func() { _, err := sa.Write(fromA); werr <- err }()
+		go func() { _, err := sb.Write(fromB); werr <- err }()
+		for range 2 {
+			if err := <-werr; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := <-atA; r.err != nil || !bytes.Equal(r.got, fromB) {
+			t.Fatalf("a read %v (err %v), want b's bytes", bytes.Count(r.got, []byte("b")), r.err)
+		}
+		if r := <-atB; r.err != nil || !bytes.Equal(r.got, fromA) {
+			t.Fatalf("b read %v (err %v), want a's bytes", bytes.Count(r.got, []byte("a")), r.err)
+		}
+	})
+
 	t.Run("peer close is EOF", func(t *testing.T) {
 		a, b := tcpPair(t)
 		b.Close()
