@@ -39,6 +39,9 @@ type Options struct {
 	// TLS: generate a CA and server certificate and start the server with
 	// them. require_secure_transport stays off: plain clients still work.
 	TLS bool
+	// Binlog: write a row-format binary log (server id 1), for replication
+	// clients. Off by default: the binary log slows every write.
+	Binlog bool
 }
 
 // Server is a running MariaDB/MySQL server.
@@ -58,6 +61,7 @@ type Server struct {
 	cmd      *exec.Cmd     // nil when External
 	exited   chan struct{} // closed when cmd has been waited for
 	errorLog string        // path of the server's error log
+	binlog   bool          // Options.Binlog
 
 	closeOnce sync.Once
 	closeErr  error

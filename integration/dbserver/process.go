@@ -68,7 +68,6 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 		"--socket=" + sock,
 		"--pid-file=" + filepath.Join(s.Dir, "pid"),
 		"--log-error=" + s.errorLog,
-		"--skip-log-bin",
 		"--max-allowed-packet=1G",
 		"--local-infile=1",
 		"--character-set-server=utf8mb4",
@@ -77,6 +76,11 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 		"--innodb-buffer-pool-size=128M",
 		"--skip-name-resolve",
 		"--max-connections=500",
+	}
+	if s.binlog {
+		args = append(args, "--log-bin="+filepath.Join(s.Dir, "binlog"), "--server-id=1", "--binlog-format=ROW")
+	} else {
+		args = append(args, "--skip-log-bin")
 	}
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")

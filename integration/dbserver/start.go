@@ -31,7 +31,7 @@ func Start(ctx context.Context, opts Options) (srv *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, Flavor: info.flavor, errorLog: filepath.Join(dir, "error.log")}
+	s := &Server{Dir: dir, Flavor: info.flavor, errorLog: filepath.Join(dir, "error.log"), binlog: opts.Binlog}
 	defer func() {
 		if err != nil {
 			s.Close()
