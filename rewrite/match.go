@@ -14,9 +14,12 @@ package rewrite
 
 // matcher finds any of a fixed set of lower-case ASCII needles.
 type matcher struct {
-	needles [][]byte
-	// first[c]: some needle may start at a byte c.
-	first [256]bool
+	any bool
+	// byFirst[c]: the needles that may start at a byte c: their first letter
+	// in either case, and the lead bytes of the non-ASCII characters that
+	// fold to it. Most bytes of a statement start no needle at all, and the
+	// others are tried only against the needles they can begin.
+	byFirst [256][][]byte
 }
 
 func newMatcher(words []string) matcher {
@@ -28,21 +31,23 @@ func newMatcher(words []string) matcher {
 			continue
 		}
 		seen[w] = true
-		m.needles = append(m.needles, []byte(w))
+		m.any = true
+		n := []byte(w)
+		starts := []byte{w[0]}
 		c := w[0]
-		m.first[c] = true
 		if c >= 'a' && c <= 'z' {
-			m.first[c-'a'+'A'] = true
+			starts = append(starts, c-'a'+'A')
 		}
 		switch c {
 		case 'i':
-			m.first[0xC4] = true
-			m.first[0xDD] = true
-			m.first[0xFD] = true
+			starts = append(starts, 0xC4, 0xDD, 0xFD)
 		case 's':
-			m.first[0xC5] = true
+			starts = append(starts, 0xC5)
 		case 'k':
-			m.first[0xE2] = true
+			starts = append(starts, 0xE2)
+		}
+		for _, b := range starts {
+			m.byFirst[b] = append(m.byFirst[b], n)
 		}
 	}
 	return m
@@ -50,14 +55,11 @@ func newMatcher(words []string) matcher {
 
 // find reports whether any needle occurs in text.
 func (m *matcher) find(text []byte) bool {
-	if len(m.needles) == 0 {
+	if !m.any {
 		return false
 	}
 	for i := 0; i < len(text); i++ {
-		if !m.first[text[i]] {
-			continue
-		}
-		for _, n := range m.needles {
+		for _, n := range m.byFirst[text[i]] {
 			if matchFoldAt(text, i, n) {
 				return true
 			}
