@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/fenceproxy/fenceproxy/integration/dbserver"
 	"github.com/fenceproxy/fenceproxy/integration/dbtest"
 )
@@ -121,7 +123,7 @@ func (w *wireConn) readNone() (wireResponse, error) { return wireResponse{}, nil
 // salt of an auth switch, and COM_STATISTICS's counters.
 func maskResponse(w *wireConn, r wireResponse) wireResponse {
 	id := strconv.FormatUint(uint64(w.connID), 10)
-	encID := append(appendLenenc(nil, uint64(len(id))), id...)
+	encID := append(gomysql.AppendLengthEncodedInteger(nil, uint64(len(id))), id...)
 	out := wireResponse{Closed: r.Closed}
 	for _, p := range r.Packets {
 		pl := p.Payload

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 )
 
 // This file is a small MySQL client written for the tests, independent of
@@ -485,7 +487,7 @@ func (w *wireConn) readResults(cursor bool) (wireResponse, error) {
 		case 0xfb:
 			return rr.resp, errors.New("LOCAL INFILE request: not supported by this test client")
 		}
-		cols, _ := lenencInt(p)
+		cols, _, _ := gomysql.LengthEncodedInt(p)
 		for i := uint64(0); i < cols; i++ {
 			if _, err := rr.next(); err != nil {
 				return rr.resp, err
@@ -604,33 +606,6 @@ func isConnReset(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe"))
 }
 
-func lenencInt(b []byte) (uint64, int) {
-	if len(b) == 0 {
-		return 0, 0
-	}
-	switch b[0] {
-	case 0xfc:
-		return uint64(binary.LittleEndian.Uint16(b[1:])), 3
-	case 0xfd:
-		return uint64(b[1]) | uint64(b[2])<<8 | uint64(b[3])<<16, 4
-	case 0xfe:
-		return binary.LittleEndian.Uint64(b[1:]), 9
-	}
-	return uint64(b[0]), 1
-}
-
-func appendLenenc(b []byte, v uint64) []byte {
-	switch {
-	case v < 0xfb:
-		return append(b, byte(v))
-	case v <= 0xffff:
-		return append(b, 0xfc, byte(v), byte(v>>8))
-	case v <= 0xffffff:
-		return append(b, 0xfd, byte(v), byte(v>>8), byte(v>>16))
-	}
-	return binary.LittleEndian.AppendUint64(append(b, 0xfe), v)
-}
-
 // query sends COM_QUERY and reads its results.
 func (w *wireConn) query(sql string) (wireResponse, error) {
 	if err := w.send(append([]byte{comQuery}, sql...)); err != nil {
@@ -659,7 +634,7 @@ func (w *wireConn) textRows(r wireResponse) [][]string {
 	if len(pk) == 0 || pk[0].Payload[0] == 0 || pk[0].Payload[0] == 0xff {
 		return nil
 	}
-	cols, _ := lenencInt(pk[0].Payload)
+	cols, _, _ := gomysql.LengthEncodedInt(pk[0].Payload)
 	i := 1 + int(cols)
 	if !w.deprecateEOF() {
 		i++
@@ -677,7 +652,7 @@ func (w *wireConn) textRows(r wireResponse) [][]string {
 				j++
 				continue
 			}
-			n, k := lenencInt(p[j:])
+			n, _, k := gomysql.LengthEncodedInt(p[j:])
 			row = append(row, string(p[j+k:j+k+int(n)]))
 			j += k + int(n)
 		}
@@ -697,7 +672,7 @@ func intParam(v int64) stmtParam {
 	return stmtParam{typ: 0x08, value: binary.LittleEndian.AppendUint64(nil, uint64(v))}
 }
 func strParam(s string) stmtParam {
-	return stmtParam{typ: 0xfd, value: append(appendLenenc(nil, uint64(len(s))), s...)}
+	return stmtParam{typ: 0xfd, value: append(gomysql.AppendLengthEncodedInteger(nil, uint64(len(s))), s...)}
 }
 func doubleParam(f float64) stmtParam {
 	return stmtParam{typ: 0x05, value: binary.LittleEndian.AppendUint64(nil, math.Float64bits(f))}

@@ -47,20 +47,8 @@ func lenEnc(b []byte) (v uint64, n int, null bool) {
 	return uint64(b[0]), 1, false
 }
 
-func appendLenEnc(b []byte, v uint64) []byte {
-	switch {
-	case v < 0xfb:
-		return append(b, byte(v))
-	case v <= 0xffff:
-		return append(b, 0xfc, byte(v), byte(v>>8))
-	case v <= 0xffffff:
-		return append(b, 0xfd, byte(v), byte(v>>8), byte(v>>16))
-	}
-	return binary.LittleEndian.AppendUint64(append(b, 0xfe), v)
-}
-
 func appendLenEncString(b []byte, s string) []byte {
-	return append(appendLenEnc(b, uint64(len(s))), s...)
+	return append(mysql.AppendLengthEncodedInteger(b, uint64(len(s))), s...)
 }
 
 // okPacket is the part of an OK packet the proxy needs.

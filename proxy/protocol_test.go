@@ -15,7 +15,7 @@ import (
 
 func TestLenEnc(t *testing.T) {
 	for _, v := range []uint64{0, 1, 250, 251, 0xffff, 0x10000, 0xffffff, 0x1000000, math.MaxUint64} {
-		b := appendLenEnc(nil, v)
+		b := mysql.AppendLengthEncodedInteger(nil, v)
 		got, n, null := lenEnc(b)
 		if got != v || n != len(b) || null {
 			t.Errorf("%d: encoded %x, decoded %d (n=%d null=%v)", v, b, got, n, null)
@@ -34,8 +34,8 @@ func TestLenEnc(t *testing.T) {
 
 func okPayload(affected, insertID uint64, status, warnings uint16, rest []byte) []byte {
 	p := []byte{0}
-	p = appendLenEnc(p, affected)
-	p = appendLenEnc(p, insertID)
+	p = mysql.AppendLengthEncodedInteger(p, affected)
+	p = mysql.AppendLengthEncodedInteger(p, insertID)
 	p = binary.LittleEndian.AppendUint16(p, status)
 	p = binary.LittleEndian.AppendUint16(p, warnings)
 	return append(p, rest...)

@@ -67,7 +67,7 @@ func (c *clientConn) writeColumns(seq byte, cols []column) (byte, error) {
 func (c *clientConn) writeResultSet(cols []column, rows [][]value, binaryRows bool) error {
 	c.respStarted = true
 	seq := c.cmdSeq + 1
-	seq, err := c.client.writePacket(seq, appendLenEnc(nil, uint64(len(cols))))
+	seq, err := c.client.writePacket(seq, mysql.AppendLengthEncodedInteger(nil, uint64(len(cols))))
 	if err != nil {
 		return err
 	}
