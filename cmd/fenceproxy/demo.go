@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,40 +16,55 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/fenceproxy/fenceproxy/integration/dbserver"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 )
 
 func init() {
-	commands["demo"] = command{"play the stale-writer story against a throwaway database", runDemo}
+	subcommands = append(subcommands, newDemoCommand)
 }
 
-// runDemo starts a disposable server and the proxy in front of it, plays
-// the stale-writer story step by step, then leaves both running for the
-// user to explore until Ctrl-C.
-func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:6033", "address for the proxy (a free port is used if taken)")
-	ttl := fs.Duration("ttl", 2*time.Second, "worker A's lease time to live")
-	noWait := fs.Bool("exit", false, "exit after the story instead of keeping the proxy running")
-	if err := fs.Parse(args); err != nil {
-		return 2
+// newDemoCommand starts a disposable server and the proxy in front of it,
+// plays the stale-writer story step by step, then leaves both running for
+// the user to explore until Ctrl-C.
+func newDemoCommand(stdout, _ io.Writer) *cobra.Command {
+	var (
+		listen string
+		ttl    time.Duration
+		noWait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Play the stale-writer story against a throwaway database",
+		Long: "demo starts a disposable MariaDB/MySQL server (it needs mariadbd or mysqld installed) and the\n" +
+			"proxy in front of it, plays the story of a stale writer whose write is rejected, and keeps\n" +
+			"both running for you to try until Ctrl-C.",
+		Args: exactArgs(0, ""),
+		RunE: func(*cobra.Command, []string) error {
+			if ttl <= 0 {
+				return usageErr("--ttl must be positive, got %v", ttl)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			d := &demo{out: stdout, ttl: ttl}
+			if err := d.run(ctx, listen, !noWait); err != nil {
+				if errors.Is(err, dbserver.ErrNotFound) {
+					return fail(exitRefused, "no MariaDB or MySQL server binary (mariadbd or mysqld) on this machine; "+
+						"on Debian or Ubuntu: sudo apt-get install mariadb-server (%v)", err)
+				}
+				return fail(exitRefused, "%v", err)
+			}
+			return nil
+		},
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	d := &demo{out: stdout, ttl: *ttl}
-	if err := d.run(ctx, *listen, !*noWait); err != nil {
-		if errors.Is(err, dbserver.ErrNotFound) {
-			fmt.Fprintf(stderr, "fenceproxy demo needs a MariaDB or MySQL server binary (mariadbd or mysqld) on this machine.\n"+
-				"On Debian or Ubuntu: sudo apt-get install mariadb-server\n(%v)\n", err)
-			return 1
-		}
-		fmt.Fprintln(stderr, "demo:", err)
-		return 1
-	}
-	return 0
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:6033", "address for the proxy (a free port is used if taken)")
+	f.DurationVar(&ttl, "ttl", 2*time.Second, "worker A's lease time to live")
+	f.BoolVar(&noWait, "exit", false, "exit after the story instead of keeping the proxy running")
+	return cmd
 }
 
 type demo struct {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,22 +15,14 @@ import (
 	"unicode"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/cobra"
 
 	"github.com/fenceproxy/fenceproxy/lease"
 )
 
 func init() {
-	commands["init"] = command{"create the lease and audit tables", runInit}
-	commands["lease"] = command{"acquire, renew, release, show or list leases", runLease}
+	subcommands = append(subcommands, newInitCommand, newLeaseCommand)
 }
-
-// Exit codes of init and lease.
-const (
-	exitOK      = 0
-	exitRefused = 1 // held (acquire), lost (renew, release), not found (show)
-	exitUsage   = 2
-	exitDB      = 3 // connection, SQL or schema error
-)
 
 // Environment variables read by init and lease, so that secrets stay off
 // command lines (which every local user can read in ps).
@@ -40,30 +31,20 @@ const (
 	envOwner = "FENCEPROXY_LEASE_OWNER"
 )
 
-const leaseUsage = `usage:
-  fenceproxy init  [--dsn DSN] [--table NAME]
-  fenceproxy lease acquire NAME --ttl TTL [--owner OWNER]
-  fenceproxy lease renew   NAME --owner OWNER --token N --ttl TTL
-  fenceproxy lease release NAME --owner OWNER --token N
-  fenceproxy lease show    NAME [--show-owner]
-  fenceproxy lease list    [--show-owner]
-
-common flags: --dsn DSN (default $FENCEPROXY_DSN) --table NAME (default fenced_job_leases)
-              --json --timeout DURATION (default 10s)
+const leaseLong = `Leases over the lease table, with the database's clock.
 
 DSN: go-sql-driver form, user:password@tcp(host:3306)/database. Prefer
 $FENCEPROXY_DSN to --dsn: command lines are visible to every local user.
 The owner token is a secret too: --owner defaults to $FENCEPROXY_LEASE_OWNER.
-TTL: a duration (30s, 1m30s) or seconds (30, 1.5). All times are the database's.
+TTL: a duration (30s, 1m30s) or seconds (30, 1.5).
 
 acquire prints the owner token in full (renew and release need it); show and
 list print a short owner id (a hash) unless --show-owner is given.
 
-exit codes: 0 ok; 1 refused: the lease is held (acquire), lost (renew,
+Exit codes: 0 ok; 1 refused: the lease is held (acquire), lost (renew,
 release: expired, taken over or released) or not found (show) -- with --json
 the object printed says which: {"error": "held"|"lost"|"not_found", ...};
-2 usage error; 3 database error (connection, SQL, table definition).
-`
+2 usage error; 3 database error (connection, SQL, table definition).`
 
 // leaseFlags are the flags every init/lease subcommand takes.
 type leaseFlags struct {
@@ -72,50 +53,28 @@ type leaseFlags struct {
 	timeout    time.Duration
 }
 
-func newLeaseFlagSet(name string, stderr io.Writer, lf *leaseFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, leaseUsage) }
-	fs.StringVar(&lf.dsn, "dsn", "", "database DSN (default $"+envDSN+")")
-	fs.StringVar(&lf.table, "table", lease.DefaultTable, "lease table, NAME or SCHEMA.NAME")
-	fs.BoolVar(&lf.json, "json", false, "print JSON")
-	fs.DurationVar(&lf.timeout, "timeout", 10*time.Second, "bound on the whole operation")
-	return fs
-}
-
-// parseInterspersed parses flags that may come before or after positional
-// arguments ("acquire NAME --ttl 30s"), and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
+func (lf *leaseFlags) register(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&lf.dsn, "dsn", "", "database DSN (default $"+envDSN+")")
+	f.StringVar(&lf.table, "table", lease.DefaultTable, "lease table, NAME or SCHEMA.NAME")
+	f.BoolVar(&lf.json, "json", false, "print JSON")
+	f.DurationVar(&lf.timeout, "timeout", 10*time.Second, "bound on the whole operation")
 }
 
 // openDB opens the DSN from the flag or the environment. The session's time
 // zone is pinned to UTC unless the DSN sets one: lease times are compared in
 // the session's zone, and a zone with daylight saving time repeats an hour.
-func openDB(lf *leaseFlags, stderr io.Writer) (*sql.DB, int) {
+func openDB(lf *leaseFlags) (*sql.DB, error) {
 	dsn := lf.dsn
 	if dsn == "" {
 		dsn = os.Getenv(envDSN)
 	}
 	if dsn == "" {
-		fmt.Fprintf(stderr, "fenceproxy: no database: give --dsn or set %s\n", envDSN)
-		return nil, exitUsage
+		return nil, usageErr("no database: give --dsn or set %s", envDSN)
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy: bad DSN: %v\n", err)
-		return nil, exitUsage
+		return nil, usageErr("bad DSN (want user:password@tcp(host:3306)/database): %v", err)
 	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
@@ -128,227 +87,253 @@ func openDB(lf *leaseFlags, stderr io.Writer) (*sql.DB, int) {
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "fenceproxy: bad DSN: %v\n", err)
-		return nil, exitUsage
+		return nil, usageErr("bad DSN: %v", err)
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(2)
-	return db, exitOK
+	return db, nil
 }
 
-func runInit(args []string, stdout, stderr io.Writer) int {
+func newInitCommand(stdout, _ io.Writer) *cobra.Command {
 	var lf leaseFlags
-	fs := newLeaseFlagSet("init", stderr, &lf)
-	pos, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+	cmd := &cobra.Command{
+		Use:   "init [--dsn DSN] [--table NAME]",
+		Short: "Create the lease and audit tables (or check existing ones)",
+		Long: "init creates the lease table and the audit table in the DSN's database (or the schema of\n" +
+			"--table), and refuses an existing lease table whose definition would make fencing unsafe\n" +
+			"or slow. Run it once per schema that holds protected tables.",
+		Args: exactArgs(0, ""),
+		RunE: func(*cobra.Command, []string) error {
+			if err := lease.ValidateTable(lf.table); err != nil {
+				return usageErr("%v", err)
+			}
+			db, err := openDB(&lf)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), lf.timeout)
+			defer cancel()
+			if err := lease.CreateSchema(ctx, db, lf.table); err != nil {
+				return fail(exitDB, "%v", err)
+			}
+			audit := lease.AuditTable
+			if schema, _, ok := strings.Cut(lf.table, "."); ok {
+				audit = schema + "." + audit
+			}
+			if lf.json {
+				writeJSON(stdout, map[string]string{"lease_table": lf.table, "audit_table": audit})
+			} else {
+				fmt.Fprintf(stdout, "ready: lease table %s, audit table %s\n", lf.table, audit)
+			}
+			return nil
+		},
 	}
-	if err != nil || len(pos) != 0 {
-		if err == nil {
-			fmt.Fprintf(stderr, "fenceproxy init: unexpected argument %q\n", pos[0])
-		}
-		return exitUsage
-	}
-	if err := lease.ValidateTable(lf.table); err != nil {
-		fmt.Fprintf(stderr, "fenceproxy init: %v\n", err)
-		return exitUsage
-	}
-	db, code := openDB(&lf, stderr)
-	if db == nil {
-		return code
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), lf.timeout)
-	defer cancel()
-	if err := lease.CreateSchema(ctx, db, lf.table); err != nil {
-		fmt.Fprintf(stderr, "fenceproxy init: %v\n", err)
-		return exitDB
-	}
-	audit := lease.AuditTable
-	if schema, _, ok := strings.Cut(lf.table, "."); ok {
-		audit = schema + "." + audit
-	}
-	if lf.json {
-		writeJSON(stdout, map[string]string{"lease_table": lf.table, "audit_table": audit})
-	} else {
-		fmt.Fprintf(stdout, "ready: lease table %s, audit table %s\n", lf.table, audit)
-	}
-	return exitOK
+	lf.register(cmd)
+	return cmd
 }
 
-func runLease(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, leaseUsage)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+// leaseOp holds the flags of the lease subcommands.
+type leaseOp struct {
+	lf        *leaseFlags
+	ttlText   string
+	owner     string
+	token     uint64
+	showOwner bool
+}
+
+func newLeaseCommand(stdout, stderr io.Writer) *cobra.Command {
+	op := &leaseOp{lf: &leaseFlags{}}
+	cmd := group(&cobra.Command{
+		Use:   "lease",
+		Short: "Acquire, renew, release, show or list leases",
+		Long:  leaseLong,
+	})
+	op.lf.register(cmd)
+	out := func() output {
+		return output{stdout: stdout, stderr: stderr, json: op.lf.json, showOwner: op.showOwner}
 	}
-	sub, args := args[0], args[1:]
-	var (
-		lf                 leaseFlags
-		ttlText, owner     string
-		token              uint64
-		showOwner          bool
-		wantName, needsTTL bool
-		needsOwnerToken    bool
-	)
-	fs := newLeaseFlagSet("lease "+sub, stderr, &lf)
-	switch sub {
-	case "acquire":
-		wantName, needsTTL = true, true
-		fs.StringVar(&ttlText, "ttl", "", "time to live: a duration (30s) or seconds (30, 1.5)")
-		fs.StringVar(&owner, "owner", "", "owner token (default: $"+envOwner+", else a fresh random one)")
-	case "renew":
-		wantName, needsTTL, needsOwnerToken = true, true, true
-		fs.StringVar(&ttlText, "ttl", "", "time to live from now: a duration (30s) or seconds (30, 1.5)")
-		fs.StringVar(&owner, "owner", "", "owner token (default $"+envOwner+")")
-		fs.Uint64Var(&token, "token", 0, "fence token")
-	case "release":
-		wantName, needsOwnerToken = true, true
-		fs.StringVar(&owner, "owner", "", "owner token (default $"+envOwner+")")
-		fs.Uint64Var(&token, "token", 0, "fence token")
-	case "show":
-		wantName = true
-		fs.BoolVar(&showOwner, "show-owner", false, "print the owner token in full (a secret)")
-	case "list":
-		fs.BoolVar(&showOwner, "show-owner", false, "print owner tokens in full (secrets)")
-	default:
-		fmt.Fprintf(stderr, "fenceproxy lease: unknown subcommand %q\n\n%s", sub, leaseUsage)
-		return exitUsage
+	nameArg := exactArgs(1, "exactly one lease NAME")
+
+	acquire := &cobra.Command{
+		Use:   "acquire NAME --ttl TTL [--owner OWNER]",
+		Short: "Take a lease that is free or expired; prints the new fence token and owner",
+		Args:  nameArg,
+		RunE: func(_ *cobra.Command, args []string) error {
+			name, ttl, err := op.check(args, true, false)
+			if err != nil {
+				return err
+			}
+			return op.with(func(ctx context.Context, store *lease.Store) error {
+				var opts []lease.AcquireOption
+				if op.owner != "" {
+					opts = append(opts, lease.WithOwner(op.owner))
+				}
+				l, err := store.Acquire(ctx, name, ttl, opts...)
+				if err != nil {
+					return out().failure(ctx, store, name, err)
+				}
+				out().lease("acquired", l, ttl, true)
+				return nil
+			})
+		},
 	}
-	pos, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+	acquire.Flags().StringVar(&op.ttlText, "ttl", "", "time to live: a duration (30s) or seconds (30, 1.5)")
+	acquire.Flags().StringVar(&op.owner, "owner", "", "owner token (default: $"+envOwner+", else a fresh random one)")
+
+	renew := &cobra.Command{
+		Use:   "renew NAME --owner OWNER --token N --ttl TTL",
+		Short: "Extend a lease that is still held by this owner and token",
+		Args:  nameArg,
+		RunE: func(_ *cobra.Command, args []string) error {
+			name, ttl, err := op.check(args, true, true)
+			if err != nil {
+				return err
+			}
+			return op.with(func(ctx context.Context, store *lease.Store) error {
+				l, err := store.Renew(ctx, lease.Lease{Name: name, Owner: op.owner, Token: op.token}, ttl)
+				if err != nil {
+					return out().failure(ctx, store, name, err)
+				}
+				out().lease("renewed", l, ttl, false)
+				return nil
+			})
+		},
 	}
-	if err != nil {
-		return exitUsage
+	renew.Flags().StringVar(&op.ttlText, "ttl", "", "time to live from now: a duration (30s) or seconds (30, 1.5)")
+	renew.Flags().StringVar(&op.owner, "owner", "", "owner token (default $"+envOwner+")")
+	renew.Flags().Uint64Var(&op.token, "token", 0, "fence token")
+
+	release := &cobra.Command{
+		Use:   "release NAME --owner OWNER --token N",
+		Short: "Expire a lease held by this owner and token (the row and its token stay)",
+		Args:  nameArg,
+		RunE: func(_ *cobra.Command, args []string) error {
+			name, _, err := op.check(args, false, true)
+			if err != nil {
+				return err
+			}
+			return op.with(func(ctx context.Context, store *lease.Store) error {
+				if err := store.Release(ctx, lease.Lease{Name: name, Owner: op.owner, Token: op.token}); err != nil {
+					return out().failure(ctx, store, name, err)
+				}
+				if op.lf.json {
+					writeJSON(stdout, map[string]any{"name": name, "token": op.token, "released": true})
+				} else {
+					fmt.Fprintf(stdout, "released %s at token %d\n", displayName(name), op.token)
+				}
+				return nil
+			})
+		},
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "fenceproxy lease %s: %s\n", sub, fmt.Sprintf(format, a...))
-		return exitUsage
+	release.Flags().StringVar(&op.owner, "owner", "", "owner token (default $"+envOwner+")")
+	release.Flags().Uint64Var(&op.token, "token", 0, "fence token")
+
+	show := &cobra.Command{
+		Use:   "show NAME [--show-owner]",
+		Short: "Show one lease: state, token, expiry, owner id",
+		Args:  nameArg,
+		RunE: func(_ *cobra.Command, args []string) error {
+			name, _, err := op.check(args, false, false)
+			if err != nil {
+				return err
+			}
+			return op.with(func(ctx context.Context, store *lease.Store) error {
+				st, err := store.Get(ctx, name)
+				if err != nil {
+					return out().failure(ctx, store, name, err)
+				}
+				if op.lf.json {
+					writeJSON(stdout, out().statusJSON(st))
+				} else {
+					out().status(st)
+				}
+				return nil
+			})
+		},
 	}
+	show.Flags().BoolVar(&op.showOwner, "show-owner", false, "print the owner token in full (a secret)")
+
+	list := &cobra.Command{
+		Use:   "list [--show-owner]",
+		Short: "List every lease in the table",
+		Args:  exactArgs(0, ""),
+		RunE: func(*cobra.Command, []string) error {
+			if _, _, err := op.check(nil, false, false); err != nil {
+				return err
+			}
+			return op.with(func(ctx context.Context, store *lease.Store) error {
+				sts, err := store.List(ctx)
+				if err != nil {
+					return out().failure(ctx, store, "", err)
+				}
+				out().list(sts)
+				return nil
+			})
+		},
+	}
+	list.Flags().BoolVar(&op.showOwner, "show-owner", false, "print owner tokens in full (secrets)")
+
+	cmd.AddCommand(acquire, renew, release, show, list)
+	return cmd
+}
+
+// check validates the arguments and flags shared by the subcommands and
+// returns the lease name (if any) and the TTL (if wanted).
+func (op *leaseOp) check(args []string, wantTTL, wantOwnerToken bool) (string, time.Duration, error) {
 	var name string
-	switch {
-	case wantName && len(pos) != 1:
-		return usageErr("want exactly one lease NAME, got %d arguments", len(pos))
-	case !wantName && len(pos) != 0:
-		return usageErr("unexpected argument %q", pos[0])
-	case wantName:
-		name = pos[0]
+	if len(args) == 1 {
+		name = args[0]
 		if err := lease.ValidateName(name); err != nil {
-			return usageErr("%v", err)
+			return "", 0, usageErr("%v", err)
 		}
 	}
-	if err := lease.ValidateTable(lf.table); err != nil {
-		return usageErr("%v", err)
+	if err := lease.ValidateTable(op.lf.table); err != nil {
+		return "", 0, usageErr("%v", err)
 	}
-	if owner == "" && (sub != "show" && sub != "list") {
-		owner = os.Getenv(envOwner)
+	if op.owner == "" && (wantTTL || wantOwnerToken) {
+		op.owner = os.Getenv(envOwner)
 	}
-	if owner != "" {
-		if err := lease.ValidateOwner(owner); err != nil {
-			return usageErr("%v", err)
+	if op.owner != "" {
+		if err := lease.ValidateOwner(op.owner); err != nil {
+			return "", 0, usageErr("%v", err)
 		}
 	}
-	if needsOwnerToken {
-		if owner == "" {
-			return usageErr("--owner (or $%s) is required", envOwner)
+	if wantOwnerToken {
+		if op.owner == "" {
+			return "", 0, usageErr("--owner (or $%s) is required", envOwner)
 		}
-		if token == 0 {
-			return usageErr("--token is required (fence tokens start at 1)")
+		if op.token == 0 {
+			return "", 0, usageErr("--token is required (fence tokens start at 1)")
 		}
 	}
 	var ttl time.Duration
-	if needsTTL {
-		if ttlText == "" {
-			return usageErr("--ttl is required")
+	if wantTTL {
+		if op.ttlText == "" {
+			return "", 0, usageErr("--ttl is required (for example --ttl 30s)")
 		}
-		if ttl, err = parseTTL(ttlText); err != nil {
-			return usageErr("%v", err)
+		var err error
+		if ttl, err = parseTTL(op.ttlText); err != nil {
+			return "", 0, usageErr("%v", err)
 		}
 	}
+	return name, ttl, nil
+}
 
-	db, code := openDB(&lf, stderr)
-	if db == nil {
-		return code
+// with opens the store and runs f within the --timeout bound.
+func (op *leaseOp) with(f func(context.Context, *lease.Store) error) error {
+	db, err := openDB(op.lf)
+	if err != nil {
+		return err
 	}
 	defer db.Close()
-	store, err := lease.NewStore(db, lf.table)
+	store, err := lease.NewStore(db, op.lf.table)
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), lf.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), op.lf.timeout)
 	defer cancel()
-	out := output{stdout: stdout, stderr: stderr, json: lf.json, showOwner: showOwner}
-
-	switch sub {
-	case "acquire":
-		var opts []lease.AcquireOption
-		if owner != "" {
-			opts = append(opts, lease.WithOwner(owner))
-		}
-		l, err := store.Acquire(ctx, name, ttl, opts...)
-		if err != nil {
-			return out.failure(ctx, store, name, err)
-		}
-		return out.lease("acquired", l, ttl, true)
-	case "renew":
-		l, err := store.Renew(ctx, lease.Lease{Name: name, Owner: owner, Token: token}, ttl)
-		if err != nil {
-			return out.failure(ctx, store, name, err)
-		}
-		return out.lease("renewed", l, ttl, false)
-	case "release":
-		if err := store.Release(ctx, lease.Lease{Name: name, Owner: owner, Token: token}); err != nil {
-			return out.failure(ctx, store, name, err)
-		}
-		if out.json {
-			writeJSON(stdout, map[string]any{"name": name, "token": token, "released": true})
-		} else {
-			fmt.Fprintf(stdout, "released %s at token %d\n", displayName(name), token)
-		}
-		return exitOK
-	case "show":
-		st, err := store.Get(ctx, name)
-		if err != nil {
-			return out.failure(ctx, store, name, err)
-		}
-		if out.json {
-			writeJSON(stdout, out.statusJSON(st))
-		} else {
-			out.status(st)
-		}
-		return exitOK
-	default: // list
-		sts, err := store.List(ctx)
-		if err != nil {
-			return out.failure(ctx, store, "", err)
-		}
-		if out.json {
-			objs := make([]map[string]any, 0, len(sts))
-			for _, st := range sts {
-				objs = append(objs, out.statusJSON(st))
-			}
-			writeJSON(stdout, objs)
-			return exitOK
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		ownerCol := "OWNER ID"
-		if showOwner {
-			ownerCol = "OWNER"
-		}
-		fmt.Fprintf(tw, "NAME\tTOKEN\tSTATE\tUNTIL\t%s\n", ownerCol)
-		for _, st := range sts {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", displayName(st.Name), st.Token, state(st),
-				st.Until.UTC().Format(timeFormat), out.owner(st.Owner))
-		}
-		tw.Flush()
-		if len(sts) == 0 {
-			fmt.Fprintln(stderr, "no leases")
-		}
-		return exitOK
-	}
+	return f(ctx, store)
 }
 
 // parseTTL reads "30s", "1m30s" or plain seconds "30", "1.5".
@@ -393,7 +378,7 @@ func printableOwner(owner string) string {
 	return owner
 }
 
-func (o output) lease(verb string, l lease.Lease, ttl time.Duration, withOwner bool) int {
+func (o output) lease(verb string, l lease.Lease, ttl time.Duration, withOwner bool) {
 	if o.json {
 		m := map[string]any{
 			"name": l.Name, "token": l.Token, "owner_id": lease.OwnerHash(l.Owner),
@@ -403,7 +388,7 @@ func (o output) lease(verb string, l lease.Lease, ttl time.Duration, withOwner b
 			m["owner"] = l.Owner
 		}
 		writeJSON(o.stdout, m)
-		return exitOK
+		return
 	}
 	fmt.Fprintf(o.stdout, "%s %s\n", verb, displayName(l.Name))
 	fmt.Fprintf(o.stdout, "  token:    %d\n", l.Token)
@@ -413,8 +398,7 @@ func (o output) lease(verb string, l lease.Lease, ttl time.Duration, withOwner b
 	} else {
 		fmt.Fprintf(o.stdout, "  owner id: %s\n", lease.OwnerHash(l.Owner))
 	}
-	fmt.Fprintf(o.stdout, "  until:    %s (database time, ttl %v)\n", l.Until.UTC().Format(timeFormat), ttl)
-	return exitOK
+	fmt.Fprintf(o.stdout, "  until:    %s (database time, ttl %s)\n", l.Until.UTC().Format(timeFormat), humanDuration(ttl))
 }
 
 func (o output) status(st lease.Status) {
@@ -443,14 +427,57 @@ func (o output) statusJSON(st lease.Status) map[string]any {
 
 func state(st lease.Status) string {
 	if st.Held {
-		return "held, expires in " + st.Remaining.Round(time.Millisecond).String()
+		return "held, expires in " + humanDuration(st.Remaining)
 	}
-	return "expired " + (-st.Remaining).Round(time.Millisecond).String() + " ago"
+	return "expired " + humanDuration(-st.Remaining) + " ago"
 }
 
-// failure reports err with its exit code. For a held lease it also shows the
-// current holder (owner id only).
-func (o output) failure(ctx context.Context, store *lease.Store, name string, err error) int {
+// humanDuration prints d for people: "1.5s", "4m20s", "3h05m", "11d13h".
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Round(100*time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", d/time.Minute, d%time.Minute/time.Second)
+	case d < 24*time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%02dm", d/time.Hour, d%time.Hour/time.Minute)
+	}
+	d = d.Round(time.Hour)
+	return fmt.Sprintf("%dd%02dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+}
+
+func (o output) list(sts []lease.Status) {
+	if o.json {
+		objs := make([]map[string]any, 0, len(sts))
+		for _, st := range sts {
+			objs = append(objs, o.statusJSON(st))
+		}
+		writeJSON(o.stdout, objs)
+		return
+	}
+	tw := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+	ownerCol := "OWNER ID"
+	if o.showOwner {
+		ownerCol = "OWNER"
+	}
+	fmt.Fprintf(tw, "NAME\tTOKEN\tSTATE\tUNTIL\t%s\n", ownerCol)
+	for _, st := range sts {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", displayName(st.Name), st.Token, state(st),
+			st.Until.UTC().Format(timeFormat), o.owner(st.Owner))
+	}
+	tw.Flush()
+	if len(sts) == 0 {
+		fmt.Fprintln(o.stderr, "no leases")
+	}
+}
+
+// failure turns a lease error into the command's error and exit code. For
+// a held lease the message also names the current holder (owner id only);
+// with --json the same goes to stdout as an object. A missing lease table
+// gets the hint to run init.
+func (o output) failure(ctx context.Context, store *lease.Store, name string, err error) error {
 	kind, code := "", exitDB
 	switch {
 	case errors.Is(err, lease.ErrHeld):
@@ -464,18 +491,20 @@ func (o output) failure(ctx context.Context, store *lease.Store, name string, er
 	default:
 		kind = "database"
 	}
-	fmt.Fprintf(o.stderr, "fenceproxy lease: %s\n", strings.TrimPrefix(err.Error(), "lease: "))
+	msg := cleanMessage(err.Error())
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == 1146 {
+		msg += " (run fenceproxy init to create the lease table, or name it with --table)"
+	}
 	var cur *lease.Status
 	if kind == "held" {
 		if st, gerr := store.Get(ctx, name); gerr == nil {
 			cur = &st
-			if !o.json {
-				fmt.Fprintf(o.stderr, "  holder: owner id %s, token %d, %s\n", lease.OwnerHash(st.Owner), st.Token, state(st))
-			}
+			msg += fmt.Sprintf("\n  holder: owner id %s, token %d, %s", lease.OwnerHash(st.Owner), st.Token, state(st))
 		}
 	}
 	if o.json {
-		m := map[string]any{"error": kind, "message": err.Error()}
+		m := map[string]any{"error": kind, "message": cleanMessage(err.Error())}
 		if name != "" {
 			m["name"] = name
 		}
@@ -486,7 +515,7 @@ func (o output) failure(ctx context.Context, store *lease.Store, name string, er
 		}
 		writeJSON(o.stdout, m)
 	}
-	return code
+	return &exitError{code: code, err: errors.New(msg)}
 }
 
 // displayName prints a lease name as is, or quoted if it has characters that

@@ -23,7 +23,7 @@ type cliResult struct {
 func cli(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := dispatch(args, &out, &errb)
+	code := run(args, &out, &errb)
 	return cliResult{out.String(), errb.String(), code}
 }
 
@@ -158,7 +158,7 @@ func TestLeaseCLIUsageAndErrors(t *testing.T) {
 		args []string
 		code int
 	}{
-		{"no subcommand", []string{"lease"}, exitUsage},
+		{"no subcommand prints help", []string{"lease"}, exitOK},
 		{"help", []string{"lease", "--help"}, exitOK},
 		{"unknown subcommand", []string{"lease", "steal", "x"}, exitUsage},
 		{"no DSN", []string{"lease", "list"}, exitUsage},
@@ -186,6 +186,10 @@ func TestLeaseCLIUsageAndErrors(t *testing.T) {
 				t.Fatal("no message on stderr")
 			}
 		})
+	}
+	r := cli(t, "lease", "list", "--table", "nope", "--dsn", dsn)
+	if !strings.Contains(r.stderr, "run fenceproxy init") || strings.Count(r.stderr, "lease: ") > 0 {
+		t.Fatalf("missing lease table: want one prefix and the init hint, got:\n%s", r.stderr)
 	}
 }
 

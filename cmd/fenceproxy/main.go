@@ -1,56 +1,140 @@
 // Command fenceproxy is a MySQL wire-protocol proxy that fences writes to
 // protected tables with lease tokens. See README.md.
 //
-// This file only dispatches subcommands; each lives in its own file and
-// registers itself in commands.
+// This file builds the command tree and maps errors to exit codes; each
+// subcommand lives in its own file and adds itself in subcommands.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
 )
 
-// command is one subcommand: run gets the arguments after its name and
-// returns the process exit code.
-type command struct {
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
-}
+// Exit codes, the same for every command.
+const (
+	exitOK      = 0
+	exitRefused = 1 // held (acquire), lost (renew, release), not found (show), a bad config (check-config, serve)
+	exitUsage   = 2 // bad flags or arguments
+	exitDB      = 3 // connection, SQL or schema error
+)
 
-var commands = map[string]command{}
+// subcommands add themselves to the root command (one per file, in init).
+var subcommands []func(stdout, stderr io.Writer) *cobra.Command
 
 func main() {
-	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
+// exitError is an error that carries its exit code. A command's RunE
+// returns one for every failure it reports; any other error comes from
+// cobra's own parsing and is a usage error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func fail(code int, format string, a ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, a...)}
+}
+
+// usageErr is a usage error found by a command itself.
+func usageErr(format string, a ...any) error { return fail(exitUsage, format, a...) }
+
+// run executes one command line and returns the process's exit code. Help
+// and version go to stdout with exit 0; errors go to stderr as one line,
+// "fenceproxy <command>: <message>", with a hint for usage errors.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	code := exitUsage
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), cleanMessage(err.Error()))
+	if code == exitUsage {
+		fmt.Fprintf(stderr, "run '%s --help' for usage\n", cmd.CommandPath())
+	}
+	return code
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fenceproxy",
+		Short: "MySQL proxy that fences writes to protected tables with lease tokens",
+		Long: "fenceproxy sits between applications and MySQL/MariaDB and rewrites every write to the\n" +
+			"tables it protects so that the database itself rejects writes of a worker whose lease\n" +
+			"expired or was taken over. See README.md.",
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	group(root)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate("{{.Version}}")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	for _, sub := range subcommands {
+		root.AddCommand(sub(stdout, stderr))
+	}
+	return root
+}
+
+// group makes cmd a command that only holds subcommands: without arguments
+// it prints its help (stdout, exit 0); an unknown subcommand is a usage
+// error with suggestions, never a silent help page.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
-			return 2
+			return cmd.Help()
 		}
-		return 0
+		hint := ""
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = " (did you mean " + strings.Join(s, " or ") + "?)"
+		}
+		return usageErr("unknown command %q%s", args[0], hint)
 	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "fenceproxy: unknown command %q\n\n", args[0])
-		usage(stderr)
-		return 2
-	}
-	return c.run(args[1:], stdout, stderr)
+	return cmd
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: fenceproxy <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+// exactArgs wraps a cobra argument check so that its error is a usage error with
+// the command's own wording.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != n {
+			if n == 0 {
+				return usageErr("unexpected argument %q", args[0])
+			}
+			return usageErr("want %s, got %d arguments", what, len(args))
+		}
+		return nil
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-13s %s\n", n, commands[n].summary)
+}
+
+// cleanMessage drops the package prefixes that wrapping repeats
+// ("lease: acquire \"x\": lease: invalid ...") and keeps one of each.
+func cleanMessage(msg string) string {
+	parts := strings.Split(msg, ": ")
+	out := parts[:0]
+	for _, p := range parts {
+		if p == "lease" || p == "policy" || p == "fenceproxy" {
+			continue
+		}
+		out = append(out, p)
 	}
-	fmt.Fprintln(w, "\nrun 'fenceproxy <command> -h' for a command's flags")
+	return strings.Join(out, ": ")
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
 
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy"
@@ -24,55 +25,133 @@ import (
 )
 
 func init() {
-	commands["serve"] = command{"run the proxy", runServe}
-	commands["check-config"] = command{"validate a config file and exit", runCheckConfig}
+	subcommands = append(subcommands, newServeCommand, newCheckConfigCommand)
 }
 
-func runCheckConfig(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: fenceproxy check-config FILE") }
-	if err := fs.Parse(args); err != nil {
-		return 2
+func newServeCommand(_, stderr io.Writer) *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE]",
+		Short: "Run the proxy",
+		Long: "serve runs the proxy until SIGTERM or SIGINT (graceful drain), reloading the config on SIGHUP.\n" +
+			"Logs go to stderr.",
+		Args: exactArgs(0, ""),
+		RunE: func(*cobra.Command, []string) error {
+			reloader, err := policy.NewReloader(path)
+			if err != nil {
+				return configError(err)
+			}
+			cfg := reloader.Current()
+			if errs := proxy.Preflight(cfg); len(errs) > 0 {
+				return configError(errors.Join(errs...))
+			}
+			level := new(slog.LevelVar)
+			level.Set(logLevel(cfg.LogLevel))
+			logger := newLogger(stderr, cfg.LogFormat, level)
+
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			if err := serve(ctx, reloader, logger, level); err != nil {
+				logger.Error("fenceproxy stopped", "err", err)
+				return fail(exitRefused, "%v", err)
+			}
+			return nil
+		},
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	cfg, err := policy.Load(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: ok (%d protected tables, mode %s, on_stale %s)\n",
-		fs.Arg(0), len(cfg.Tables), cfg.Fencing.Mode, cfg.Fencing.OnStale)
-	return 0
+	cmd.Flags().StringVarP(&path, "config", "c", "fenceproxy.yaml", "config file")
+	return cmd
 }
 
-func runServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "fenceproxy.yaml", "config file")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func newCheckConfigCommand(stdout, _ io.Writer) *cobra.Command {
+	var connect bool
+	cmd := &cobra.Command{
+		Use:   "check-config FILE",
+		Short: "Validate a config file the way serve would, and exit",
+		Long: "check-config reports every problem serve would stop at, all at once: the file's keys and\n" +
+			"values (with file:line:column), addresses, TLS files, the backend password variable or file,\n" +
+			"the audit file's directory. With --connect it also dials the backend and, when backend.user\n" +
+			"is set, logs in with it. Exit 0 when serve would start, 1 otherwise.",
+		Args: exactArgs(1, "one config FILE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cfg, err := policy.Load(args[0])
+			if err != nil {
+				return configError(err)
+			}
+			errs := proxy.Preflight(cfg)
+			if connect && len(errs) == 0 {
+				errs = append(errs, checkBackend(cfg)...)
+			}
+			if len(errs) > 0 {
+				return configError(errors.Join(errs...))
+			}
+			fmt.Fprintf(stdout, "%s: ok (%d protected tables, mode %s, on_stale %s)\n",
+				args[0], len(cfg.Tables), cfg.Fencing.Mode, cfg.Fencing.OnStale)
+			if connect {
+				fmt.Fprintf(stdout, "backend %s: reachable\n", cfg.Backend.Address)
+			}
+			return nil
+		},
 	}
-	reloader, err := policy.NewReloader(*path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	cfg := reloader.Current()
-	level := new(slog.LevelVar)
-	level.Set(logLevel(cfg.LogLevel))
-	logger := newLogger(stderr, cfg.LogFormat, level)
+	cmd.Flags().BoolVar(&connect, "connect", false, "also dial the backend (and log in as backend.user if set)")
+	return cmd
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := serve(ctx, reloader, logger, level); err != nil {
-		logger.Error("fenceproxy stopped", "err", err)
-		return 1
+// configError prints every problem of a config on its own line.
+func configError(err error) error {
+	var b strings.Builder
+	list := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
 	}
-	return 0
+	for i, e := range list {
+		if i > 0 {
+			b.WriteString("\n  ")
+		}
+		b.WriteString(e.Error())
+	}
+	if len(list) > 1 {
+		return fail(exitRefused, "%d problems:\n  %s", len(list), b.String())
+	}
+	return fail(exitRefused, "%s", b.String())
+}
+
+// checkBackend dials the backend and reads its greeting; with backend.user
+// it also logs in, as /readyz does.
+func checkBackend(cfg *policy.Config) []error {
+	timeout := cfg.Timeouts.Connect.D()
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	conn, err := net.DialTimeout("tcp", cfg.Backend.Address, timeout)
+	if err != nil {
+		return []error{fmt.Errorf("backend %s: %w", cfg.Backend.Address, err)}
+	}
+	conn.SetDeadline(time.Now().Add(timeout))
+	var head [5]byte
+	_, err = io.ReadFull(conn, head[:])
+	conn.Close()
+	switch {
+	case err != nil:
+		return []error{fmt.Errorf("backend %s: no greeting: %w", cfg.Backend.Address, err)}
+	case head[4] == 0xff:
+		return []error{fmt.Errorf("backend %s refused the connection (it answered with an error packet: host blocked, too many connections?)", cfg.Backend.Address)}
+	case head[4] != 10:
+		return []error{fmt.Errorf("backend %s does not speak the MySQL protocol (greeting starts with 0x%02x)", cfg.Backend.Address, head[4])}
+	}
+	db, err := proxy.OpenAdminDB(cfg.Backend)
+	if err != nil || db == nil {
+		if err != nil {
+			return []error{fmt.Errorf("backend.user: %w", err)}
+		}
+		return nil
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		return []error{fmt.Errorf("backend.user %s: login failed: %w", cfg.Backend.User, err)}
+	}
+	return nil
 }
 
 // serve runs the proxy and its admin endpoint until ctx ends, reloading the
@@ -104,8 +183,17 @@ func serve(ctx context.Context, reloader *policy.Reloader, logger *slog.Logger, 
 	if err != nil {
 		return err
 	}
-	logger.Info("fenceproxy listening", "listen", ln.Addr().String(), "backend", cfg.Backend.Address,
-		"protected_tables", len(cfg.Tables), "mode", cfg.Fencing.Mode, "on_stale", cfg.Fencing.OnStale)
+	tables := make([]string, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		tables[i] = t.Name
+	}
+	auditDest := cfg.Audit.File
+	if auditDest == "" {
+		auditDest = "(no file: log, metrics and /audit only)"
+	}
+	logger.Info("fenceproxy listening", "version", version, "config", cfg.Path, "listen", ln.Addr().String(),
+		"backend", cfg.Backend.Address, "protected_tables", strings.Join(tables, ","),
+		"mode", cfg.Fencing.Mode, "on_stale", cfg.Fencing.OnStale, "audit", auditDest)
 
 	var adminSrv *http.Server
 	if cfg.Admin != "" {

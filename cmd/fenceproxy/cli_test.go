@@ -1,0 +1,185 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/integration/dbtest"
+)
+
+func TestHelpGoesToStdoutWithExitZero(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"help"}, {}, {"help", "lease"},
+		{"serve", "--help"}, {"check-config", "-h"}, {"init", "--help"}, {"demo", "--help"},
+		{"version", "--help"}, {"completion", "--help"},
+		{"lease", "--help"}, {"lease"}, {"lease", "acquire", "--help"}, {"lease", "renew", "--help"},
+		{"lease", "release", "--help"}, {"lease", "show", "--help"}, {"lease", "list", "--help"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := cli(t, args...)
+			wantCode(t, r, exitOK, strings.Join(args, " "))
+			if !strings.Contains(r.stdout, "Usage:") || r.stderr != "" {
+				t.Fatalf("want help on stdout only\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+func TestVersionFlagAndCommand(t *testing.T) {
+	a, b := cli(t, "--version"), cli(t, "version")
+	wantCode(t, a, exitOK, "--version")
+	wantCode(t, b, exitOK, "version")
+	if !strings.HasPrefix(a.stdout, "fenceproxy "+version+" (go") || a.stdout != b.stdout {
+		t.Fatalf("--version %q, version %q", a.stdout, b.stdout)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		message string // what the one error line must say
+	}{
+		{"stray argument to serve", []string{"serve", "extra-arg", "--config", "x.yaml"}, `fenceproxy serve: unexpected argument "extra-arg"`},
+		{"unknown flag", []string{"serve", "--bogus"}, "fenceproxy serve: unknown flag: --bogus"},
+		{"unknown command", []string{"leese"}, `fenceproxy: unknown command "leese" (did you mean lease?)`},
+		{"unknown lease command", []string{"lease", "aquire", "x"}, `fenceproxy lease: unknown command "aquire" (did you mean acquire?)`},
+		{"check-config without file", []string{"check-config"}, "fenceproxy check-config: want one config FILE, got 0 arguments"},
+		{"two files", []string{"check-config", "a", "b"}, "fenceproxy check-config: want one config FILE, got 2 arguments"},
+		{"version with argument", []string{"version", "x"}, `fenceproxy version: unexpected argument "x"`},
+		{"bad ttl", []string{"lease", "acquire", "x", "--ttl", "soon", "--dsn", "u:p@tcp(127.0.0.1:1)/d"}, `fenceproxy lease acquire: ttl "soon": want a duration like 30s or seconds like 1.5`},
+		{"demo bad ttl", []string{"demo", "--ttl", "-1s"}, "fenceproxy demo: --ttl must be positive, got -1s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := cli(t, tc.args...)
+			wantCode(t, r, exitUsage, strings.Join(tc.args, " "))
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if len(lines) != 2 || lines[0] != tc.message || !strings.HasPrefix(lines[1], "run 'fenceproxy") {
+				t.Fatalf("stderr:\n%s\nwant:\n%s\nrun '... --help' for usage", r.stderr, tc.message)
+			}
+			if r.stdout != "" {
+				t.Fatalf("stdout: %s", r.stdout)
+			}
+		})
+	}
+}
+
+func TestCleanMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		`lease: acquire "x": lease: invalid argument: ttl`: `acquire "x": invalid argument: ttl`,
+		`lease: held: "job" is held and not expired`:       `held: "job" is held and not expired`,
+		`Error 1146 (42S02): Table 'd.t' doesn't exist`:    `Error 1146 (42S02): Table 'd.t' doesn't exist`,
+	} {
+		if got := cleanMessage(in); got != want {
+			t.Errorf("cleanMessage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		1500 * time.Millisecond:                         "1.5s",
+		30 * time.Second:                                "30s",
+		4*time.Minute + 20*time.Second:                  "4m20s",
+		3*time.Hour + 5*time.Minute + 10*time.Second:    "3h05m",
+		277*time.Hour + 46*time.Minute + 33*time.Second: "11d14h",
+		0: "0s",
+	} {
+		if got := humanDuration(d); got != want {
+			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		r := cli(t, "completion", shell)
+		wantCode(t, r, exitOK, "completion "+shell)
+		if !strings.Contains(r.stdout, "fenceproxy") {
+			t.Fatalf("completion %s printed %q", shell, r.stdout[:min(len(r.stdout), 200)])
+		}
+	}
+}
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fenceproxy.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCheckConfigReportsEveryProblem: one run names every problem that
+// serve would stop at, and serve refuses the same file with the same list
+// before it listens anywhere.
+func TestCheckConfigReportsEveryProblem(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	t.Setenv("FP_TEST_UNSET_PASSWORD", "")
+	os.Unsetenv("FP_TEST_UNSET_PASSWORD")
+	path := writeConfig(t, `listen: 127.0.0.1:6033
+backend:
+  address: 127.0.0.1:3306
+  user: fenceproxy
+  password_env: FP_TEST_UNSET_PASSWORD
+  tls: verify-ca
+  ca_file: `+missing+`/ca.pem
+client_tls:
+  cert_file: `+missing+`/cert.pem
+  key_file: `+missing+`/key.pem
+tables:
+  - name: app.invoices
+audit:
+  file: `+missing+`/audit.jsonl
+`)
+	wants := []string{"4 problems", "backend CA", "client_tls", "FP_TEST_UNSET_PASSWORD is not set", "audit.file " + missing + "/audit.jsonl: directory " + missing}
+	for _, cmd := range [][]string{{"check-config", path}, {"serve", "--config", path}} {
+		r := cli(t, cmd...)
+		wantCode(t, r, exitRefused, strings.Join(cmd, " "))
+		for _, w := range wants {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr lacks %q:\n%s", cmd[0], w, r.stderr)
+			}
+		}
+	}
+
+	// Problems in the file itself: every one, with file:line:column.
+	path = writeConfig(t, "listen: 127.0.0.1:6033\nbogus_key: 1\nfencing:\n  on_stale: sometimes\ntables:\n  - name: notqualified\n")
+	r := cli(t, "check-config", path)
+	wantCode(t, r, exitRefused, "check-config of a bad file")
+	for _, w := range []string{path + ":2:", path + ":4:", path + ":6:"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+		}
+	}
+}
+
+func TestCheckConfigConnect(t *testing.T) {
+	srv := dbtest.Shared(t)
+	ok := writeConfig(t, "backend:\n  address: "+srv.Addr+"\ntables:\n  - name: app.invoices\n")
+	r := cli(t, "check-config", "--connect", ok)
+	wantCode(t, r, exitOK, "check-config --connect to the test server")
+	if !strings.Contains(r.stdout, "backend "+srv.Addr+": reachable") {
+		t.Fatalf("stdout: %s", r.stdout)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	bad := writeConfig(t, "backend:\n  address: "+closed+"\ntables:\n  - name: app.invoices\n")
+	r = cli(t, "check-config", bad)
+	wantCode(t, r, exitOK, "check-config without --connect does not dial")
+	r = cli(t, "check-config", "--connect", bad)
+	wantCode(t, r, exitRefused, "check-config --connect to a closed port")
+	if !strings.Contains(r.stderr, "backend "+closed) {
+		t.Fatalf("stderr: %s", r.stderr)
+	}
+}
