@@ -60,7 +60,7 @@ type Limits struct {
 	// refused with an error: they cannot be checked for protected tables.
 	MaxQueryBytes int `yaml:"max_query_bytes"`
 	// RewriteCache is the number of rewritten statements remembered
-	// (default 4096; 0 = no cache).
+	// (default 4096; 0 = no cache: neither decisions nor statement shapes are remembered).
 	RewriteCache int `yaml:"rewrite_cache"`
 }
 

@@ -5,7 +5,13 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
+// newRewriter builds the rewriter for a policy. limits.rewrite_cache: 0
+// means no cache at all (neither decisions nor statement shapes); rewrite's
+// own zero means its default size, so 0 is passed on as "disabled".
 func newRewriter(pol *policy.Policy, cache int) Rewriter {
+	if cache == 0 {
+		cache = -1
+	}
 	return rewrite.New(pol, rewrite.Options{CacheEntries: cache})
 }
 

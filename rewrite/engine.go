@@ -66,6 +66,9 @@ func New(p *policy.Policy, opts Options) *Engine {
 	return e
 }
 
+// Cached reports whether the Engine remembers decisions or statement shapes.
+func (e *Engine) Cached() bool { return e.cache != nil || e.shapes != nil }
+
 func emptyPolicy() *policy.Policy {
 	p, err := policy.NewPolicy(0, policy.Fencing{}, nil)
 	if err != nil {
