@@ -282,3 +282,50 @@ func startBinary(t *testing.T, bin, backend, extra string) *fenceproxyProcess {
 	})
 	return p
 }
+
+// TestBinaryDrainDelay: on SIGTERM /readyz answers 503 at once and the
+// metric says draining, while for timeouts.drain_delay new clients are
+// still accepted and served; then the proxy drains and exits 0.
+func TestBinaryDrainDelay(t *testing.T) {
+	s := dbtest.Shared(t)
+	bin := buildFenceproxy(t)
+	fp := startBinary(t, bin, s.Addr, "timeouts:\n  shutdown: 20s\n  drain_delay: 6s\n")
+	eventually(t, 10*time.Second, "/readyz to answer 200", func() bool {
+		resp, err := http.Get("http://" + fp.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	held := appWire(t, fp.addr, "")
+	if err := fp.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The readiness answer does not wait for the next backend check.
+	eventually(t, time.Second, "/readyz to answer 503 after SIGTERM", func() bool {
+		code, body := httpGet(t, "http://"+fp.admin+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "draining")
+	})
+	if _, body := httpGet(t, "http://"+fp.admin+"/metrics"); !strings.Contains(body, "\nfenceproxy_draining 1\n") {
+		t.Errorf("/metrics during the drain delay lacks fenceproxy_draining 1")
+	}
+	// Still accepting and serving, old and new connections alike.
+	fresh := appWire(t, fp.addr, "")
+	for name, c := range map[string]*wireConn{"new": fresh, "open": held} {
+		if r, err := c.query("SELECT 1"); err != nil || r.err() != nil {
+			t.Fatalf("%s connection during the drain delay: %v %v", name, r, err)
+		}
+	}
+	select {
+	case <-fp.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("fenceproxy did not exit after the drain delay; stderr:\n%s", fp.stderr())
+	}
+	if code := fp.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, fp.stderr())
+	}
+	if out := fp.stderr(); !strings.Contains(out, "draining: /readyz answers 503") {
+		t.Errorf("no drain message in the log:\n%s", out)
+	}
+}

@@ -51,6 +51,10 @@ type Timeouts struct {
 	Handshake Duration `yaml:"handshake"` // client handshake and authentication, default 10s
 	Idle      Duration `yaml:"idle"`      // client silence between commands before the proxy closes it (default 8h, as MySQL's wait_timeout)
 	Shutdown  Duration `yaml:"shutdown"`  // graceful drain on SIGTERM before connections are force-closed, default 30s
+	// DrainDelay: after SIGTERM, how long the proxy keeps accepting new
+	// clients while /readyz already answers 503, so that load balancers
+	// take it out of rotation before it stops listening (default 0s).
+	DrainDelay Duration `yaml:"drain_delay"`
 }
 
 // Limits bound memory per connection.

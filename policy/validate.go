@@ -87,7 +87,7 @@ func (c *Config) validate(d *decoder) {
 		d   Duration
 	}{
 		{"connect", c.Timeouts.Connect}, {"handshake", c.Timeouts.Handshake},
-		{"idle", c.Timeouts.Idle}, {"shutdown", c.Timeouts.Shutdown},
+		{"idle", c.Timeouts.Idle}, {"shutdown", c.Timeouts.Shutdown}, {"drain_delay", c.Timeouts.DrainDelay},
 	} {
 		if t.d < 0 {
 			d.fail("timeouts."+t.key, "must not be negative (0s = no limit)")

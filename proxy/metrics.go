@@ -20,6 +20,7 @@ type Metrics struct {
 	StaleRejected       *prometheus.CounterVec
 	AuditErrors         prometheus.Counter
 	LeaseCalls          *prometheus.CounterVec
+	Draining            prometheus.Gauge
 
 	// per command byte; unknown commands share the "other" children
 	commands      [256]prometheus.Counter
@@ -51,6 +52,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"command"}),
 		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_bytes_total", Help: "Bytes relayed, by direction."}, []string{"direction"}),
+		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenceproxy_draining", Help: "1 once the proxy is shutting down (SIGTERM): /readyz answers 503 from then on."}),
 		BackendDialFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_backend_dial_failures_total", Help: "Failed attempts to connect to the backend (dial, TLS or handshake)."}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
@@ -90,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.Statements,
-			m.StaleRejected, m.AuditErrors, m.LeaseCalls)
+			m.StaleRejected, m.AuditErrors, m.LeaseCalls, m.Draining)
 	}
 	return m
 }

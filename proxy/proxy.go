@@ -60,7 +60,8 @@ type Proxy struct {
 	mu        sync.Mutex
 	conns     map[*clientConn]struct{}
 	listeners map[net.Listener]struct{}
-	draining  atomic.Bool
+	draining  atomic.Bool   // Shutdown started: stop accepting
+	notReady  atomic.Bool   // Drain or Shutdown started: Ready fails
 	done      chan struct{} // closed when draining starts
 	nextID    atomic.Uint64
 	active    atomic.Int64
@@ -248,6 +249,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 // flight and any open transaction, closes each one as soon as it is idle,
 // and force-closes what remains when ctx ends.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.Drain()
 	p.mu.Lock()
 	if !p.draining.Swap(true) {
 		close(p.done)
@@ -297,11 +299,28 @@ func (p *Proxy) ActiveConnections() int {
 // Ready tells whether the backend can be used: a real login with the
 // proxy's own account when it has one, else CheckBackend.
 func (p *Proxy) Ready(ctx context.Context) error {
+	if p.Draining() {
+		return ErrDraining
+	}
 	if p.adminDB != nil {
 		return p.adminDB.PingContext(ctx)
 	}
 	return p.CheckBackend(ctx)
 }
+
+// ErrDraining is what Ready reports once the proxy is shutting down.
+var ErrDraining = errors.New("draining: fenceproxy is shutting down")
+
+// Drain marks the proxy as going away, ahead of Shutdown: Ready fails from
+// now on, so that load balancers stop sending new clients, while Serve
+// still accepts and serves them.
+func (p *Proxy) Drain() {
+	p.notReady.Store(true)
+	p.metrics.Draining.Set(1)
+}
+
+// Draining reports whether Drain (or Shutdown) has been called.
+func (p *Proxy) Draining() bool { return p.notReady.Load() }
 
 // CheckBackend tells whether the backend accepts connections: it dials and
 // reads the server's greeting. Over a non-loopback address every such probe

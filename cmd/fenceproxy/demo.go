@@ -146,7 +146,7 @@ audit:
 	proxyDone := make(chan error, 1)
 	level := new(slog.LevelVar)
 	level.Set(slog.LevelError)
-	go func() { proxyDone <- serve(proxyCtx, reloader, newLogger(os.Stderr, "text", level), level) }()
+	go func() { proxyDone <- serve(proxyCtx, func() {}, reloader, newLogger(os.Stderr, "text", level), level) }()
 	if err := awaitListening(ctx, listen); err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func newServeCommand(_, stderr io.Writer) *cobra.Command {
 
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			if err := serve(ctx, reloader, logger, level); err != nil {
+			if err := serve(ctx, stop, reloader, logger, level); err != nil {
 				logger.Error("fenceproxy stopped", "err", err)
 				return fail(exitRefused, "%v", err)
 			}
@@ -154,9 +154,10 @@ func checkBackend(cfg *policy.Config) []error {
 	return nil
 }
 
-// serve runs the proxy and its admin endpoint until ctx ends, reloading the
+// serve runs the proxy and its admin endpoint until ctx ends (stopSignals
+// then restores the default signal handling), reloading the
 // configuration on SIGHUP.
-func serve(ctx context.Context, reloader *policy.Reloader, logger *slog.Logger, level *slog.LevelVar) error {
+func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, logger *slog.Logger, level *slog.LevelVar) error {
 	cfg := reloader.Current()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -203,7 +204,7 @@ func serve(ctx context.Context, reloader *policy.Reloader, logger *slog.Logger, 
 			return err
 		}
 		adminSrv = &http.Server{
-			Handler:           &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: p.Ready},
+			Handler:           &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: p.Ready, Draining: p.Draining},
 			ReadHeaderTimeout: 5 * time.Second,
 		}
 		go adminSrv.Serve(aln)
@@ -244,6 +245,18 @@ func serve(ctx context.Context, reloader *policy.Reloader, logger *slog.Logger, 
 			return err
 		}
 	case <-ctx.Done():
+		stopSignals() // a second SIGTERM or SIGINT ends the process at once
+		p.Drain()
+		if delay := reloader.Current().Timeouts.DrainDelay.D(); delay > 0 {
+			logger.Info("draining: /readyz answers 503, still accepting clients", "drain_delay", delay)
+			select {
+			case <-time.After(delay):
+			case err := <-serveErr:
+				if err != nil {
+					return err
+				}
+			}
+		}
 	}
 	timeout := reloader.Current().Timeouts.Shutdown.D()
 	logger.Info("shutting down: draining connections", "deadline", timeout)

@@ -24,6 +24,9 @@ type Handler struct {
 	// Ready reports whether the backend can be reached; it is called at
 	// most once a second however often /readyz is asked.
 	Ready func(ctx context.Context) error
+	// Draining, when it reports true, makes /readyz answer 503 at once,
+	// without waiting for the next Ready check.
+	Draining func() bool
 
 	once sync.Once
 	mux  *http.ServeMux
@@ -47,6 +50,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.Draining != nil && h.Draining() {
+		http.Error(w, "not ready: draining (shutting down)", http.StatusServiceUnavailable)
+		return
+	}
 	h.mu.Lock()
 	if time.Since(h.checkedAt) >= time.Second {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)

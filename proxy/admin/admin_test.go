@@ -1,0 +1,38 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestReadyzDrainingAtOnce: once Draining reports true, /readyz answers 503
+// without consulting (or waiting for) the cached backend check.
+func TestReadyzDrainingAtOnce(t *testing.T) {
+	var draining atomic.Bool
+	var checks atomic.Int32
+	h := &Handler{
+		Gatherer: prometheus.NewRegistry(),
+		Ready:    func(context.Context) error { checks.Add(1); return nil },
+		Draining: draining.Load,
+	}
+	get := func() int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		return rec.Code
+	}
+	if code := get(); code != http.StatusOK {
+		t.Fatalf("before draining: %d", code)
+	}
+	draining.Store(true)
+	if code := get(); code != http.StatusServiceUnavailable {
+		t.Fatalf("draining, within the cache second: %d, want 503", code)
+	}
+	if n := checks.Load(); n != 1 {
+		t.Fatalf("backend checked %d times, want 1 (draining needs no check)", n)
+	}
+}
