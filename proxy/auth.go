@@ -92,7 +92,8 @@ func (c *clientConn) handshake(rt *runtime) error {
 	c.deprecateEOF = c.caps&mysql.CLIENT_DEPRECATE_EOF != 0
 	c.user = ch.user
 	c.sess.Schema = ch.db
-	c.sess.UnsafeCharset = unsafeCollation(uint16(ch.charset))
+	c.resetCharsetUnsafe = collationUnsafe(c.srv, uint16(ch.charset))
+	c.setCharset(c.resetCharsetUnsafe)
 
 	bseq := byte(1)
 	if useBackendTLS {
@@ -374,20 +375,4 @@ func parsePublicKey(b []byte) (*rsa.PublicKey, error) {
 func (p *Proxy) authKey() (*rsa.PrivateKey, error) {
 	p.rsaOnce.Do(func() { p.rsaKey, p.rsaErr = rsa.GenerateKey(rand.Reader, 2048) })
 	return p.rsaKey, p.rsaErr
-}
-
-// unsafeCollation reports collations of character sets whose multibyte
-// characters may contain the bytes of a quote or backslash (big5, cp932,
-// gbk, sjis, gb18030): text in them cannot be tokenized byte-wise. Unknown
-// ids (MariaDB's extended ones) count as unsafe.
-func unsafeCollation(id uint16) bool {
-	switch id {
-	case 1, 84, // big5
-		13, 88, // sjis
-		28, 87, // gbk
-		95, 96, // cp932
-		248, 249, 250: // gb18030
-		return true
-	}
-	return id > 255
 }

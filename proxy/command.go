@@ -111,7 +111,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		var ok bool
 		if err = c.forwardCommand(); err == nil {
 			if ok, err = c.relayOne(); ok {
-				c.resetSession()
+				c.resetConnection()
 			}
 		}
 	case mysql.COM_CHANGE_USER:
@@ -156,15 +156,6 @@ func (c *clientConn) comInitDB() error {
 	return err
 }
 
-// resetSession forgets what COM_RESET_CONNECTION or COM_CHANGE_USER reset on
-// the server: prepared statements, user variables, sql_mode, character set.
-// The current schema survives a reset.
-func (c *clientConn) resetSession() {
-	c.prepared = nil
-	c.named = nil
-	c.sess.ANSIQuotes = 0
-}
-
 // comChangeUser relays COM_CHANGE_USER's authentication exchange like the
 // initial one.
 func (c *clientConn) comChangeUser() error {
@@ -189,14 +180,10 @@ func (c *clientConn) comChangeUser() error {
 	}
 	if !ok {
 		c.p.metrics.AuthFailures.Inc()
+		c.changeUserFailed(cu)
 		return nil
 	}
-	c.user = cu.user
-	c.sess.Schema = cu.db
-	if cu.hasCharset {
-		c.sess.UnsafeCharset = unsafeCollation(cu.charset)
-	}
-	c.resetSession()
+	c.changedUser(cu)
 	return nil
 }
 

@@ -38,6 +38,12 @@ type clientConn struct {
 	user   string
 	sess   rewrite.Session
 	status uint16 // last server status flags seen
+	// resetCharsetUnsafe: the character set COM_RESET_CONNECTION returns to
+	// (see session.go) is unsafe or unknown.
+	resetCharsetUnsafe bool
+	// charsetUnknown: sess.UnsafeCharset was not yet confirmed by the
+	// server; a refused statement makes the proxy ask (learnCharset).
+	charsetUnknown bool
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
 	nextStmtID uint32                   // next id for a statement the proxy answers itself

@@ -122,10 +122,10 @@ func (t *tracker) applyEffect(st *rewrite.Stmt) {
 		// NO_BACKSLASH_ESCAPES comes from every OK's status flags.
 		c.sess.ANSIQuotes = st.ANSIQuotes
 		if st.SetsCharset {
-			c.sess.UnsafeCharset = st.UnsafeCharset
+			c.setCharset(st.UnsafeCharset)
 		}
 	case rewrite.SetCharset:
-		c.sess.UnsafeCharset = st.UnsafeCharset
+		c.setCharset(st.UnsafeCharset)
 	case rewrite.Prepare:
 		inner := st.Prepared
 		if inner == nil && st.Fence != nil {

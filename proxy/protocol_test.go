@@ -191,14 +191,6 @@ func TestXORScrambleRoundTrip(t *testing.T) {
 	}
 }
 
-func TestUnsafeCollation(t *testing.T) {
-	for id, unsafe := range map[uint16]bool{45: false, 33: false, 8: false, 63: false, 255: false, 28: true, 95: true, 13: true, 1: true, 248: true, 1025: true} {
-		if unsafeCollation(id) != unsafe {
-			t.Errorf("collation %d: unsafe=%v", id, !unsafe)
-		}
-	}
-}
-
 func TestParseExecuteParams(t *testing.T) {
 	p := []byte{mysql.COM_STMT_EXECUTE, 1, 0, 0, 0, 0, 1, 0, 0, 0}
 	p = append(p, 0b100) // third parameter NULL

@@ -191,6 +191,9 @@ func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decis
 	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
 		d = ask(sql, c.srv, &c.sess)
 	}
+	if d.Action == rewrite.Refuse && c.charsetUnknown && c.learnCharset() {
+		d = ask(sql, c.srv, &c.sess)
+	}
 	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
 		d = c.shadow(rt, d, sql)
 	}
@@ -315,6 +318,22 @@ func (c *clientConn) learnSQLMode() bool {
 		c.sess.NoBackslashEscapes = rewrite.On
 	}
 	return true
+}
+
+// learnCharset asks the session for its client character set, which the
+// proxy could not know (the server's default applies, see session.go), for
+// a statement refused while it counted as unsafe. It reports whether that
+// changed the proxy's reading.
+func (c *clientConn) learnCharset() bool {
+	c.charsetUnknown = false
+	rows, err := c.backendQuery("SELECT @@SESSION.character_set_client")
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0].null {
+		return false
+	}
+	unsafe := rewrite.UnsafeCharsetName(rows[0][0].s)
+	changed := unsafe != c.sess.UnsafeCharset
+	c.sess.UnsafeCharset = unsafe
+	return changed
 }
 
 // staleNamedPrepare refuses EXECUTE of a SQL-level prepared statement that

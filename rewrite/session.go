@@ -164,7 +164,14 @@ func unsafeCharsetValue(v ast.ExprNode) bool {
 	default:
 		return true
 	}
-	s = strings.ToLower(strings.TrimSpace(s))
+	return UnsafeCharsetName(s)
+}
+
+// UnsafeCharsetName reports whether a session whose client character set is
+// named so must be read with UnsafeCharset: one of the sets that can hide
+// quote bytes, or a name this package does not know.
+func UnsafeCharsetName(name string) bool {
+	s := strings.ToLower(strings.TrimSpace(name))
 	return unsafeCharsets[s] || !safeCharsets[s]
 }
 
