@@ -128,6 +128,8 @@ type wireOptions struct {
 	MultiStatements    bool
 	TLS                *tls.Config // nil: plain; else SSLRequest first (even if not offered)
 	Timeout            time.Duration
+	Collation          byte // handshake character set (collation id); 0: utf8mb4_general_ci
+	NoPluginAuth       bool // leave CLIENT_PLUGIN_AUTH out: no plugin names in the handshake or COM_CHANGE_USER
 }
 
 // wireConn is one raw protocol connection.
@@ -243,6 +245,9 @@ func (w *wireConn) login() error {
 	if w.opts.MultiStatements {
 		caps |= capMultiStatements
 	}
+	if w.opts.NoPluginAuth {
+		caps &^= capPluginAuth | capPluginAuthLenenc
+	}
 	caps &= w.srvCaps
 	caps |= capLongPassword | capProtocol41 // required, whatever is offered
 	if w.opts.TLS != nil {
@@ -254,6 +259,9 @@ func (w *wireConn) login() error {
 	binary.LittleEndian.PutUint32(fixed, caps)
 	binary.LittleEndian.PutUint32(fixed[4:], 1<<24)
 	fixed[8] = 45 // utf8mb4_general_ci
+	if w.opts.Collation != 0 {
+		fixed[8] = w.opts.Collation
+	}
 	if w.opts.TLS != nil {
 		if err := w.writePacket(seq, fixed); err != nil {
 			return err
@@ -273,7 +281,9 @@ func (w *wireConn) login() error {
 	if w.opts.DB != "" {
 		resp = append(append(resp, w.opts.DB...), 0)
 	}
-	resp = append(append(resp, "mysql_native_password"...), 0)
+	if caps&capPluginAuth != 0 {
+		resp = append(append(resp, "mysql_native_password"...), 0)
+	}
 	if err := w.writePacket(seq, resp); err != nil {
 		return err
 	}
@@ -711,17 +721,32 @@ func stmtCmd(cmd byte, id uint32, extra ...byte) []byte {
 	return append(binary.LittleEndian.AppendUint32([]byte{cmd}, id), extra...)
 }
 
-// changeUser sends COM_CHANGE_USER and answers the authentication; the
-// response is every packet the server sent.
+// changeUser sends COM_CHANGE_USER with utf8mb4_general_ci and answers the
+// authentication; the response is every packet the server sent.
 func (w *wireConn) changeUser(user, password, db string) (wireResponse, error) {
+	return w.changeUserCharset(user, password, db, 45)
+}
+
+// noCharset asks changeUserCharset for a packet that ends after the schema:
+// no character set and no plugin name (the oldest form, which servers still
+// accept).
+const noCharset = -1
+
+// changeUserCharset is changeUser with the character set field set to
+// collation id cs, or left out with noCharset.
+func (w *wireConn) changeUserCharset(user, password, db string, cs int) (wireResponse, error) {
 	w.opts.Password = password
 	b := append([]byte{comChangeUser}, user...)
 	b = append(b, 0)
 	auth := nativePassword(password, w.salt)
 	b = append(append(b, byte(len(auth))), auth...)
 	b = append(append(b, db...), 0)
-	b = append(b, 45, 0) // utf8mb4_general_ci
-	b = append(append(b, "mysql_native_password"...), 0)
+	if cs != noCharset {
+		b = binary.LittleEndian.AppendUint16(b, uint16(cs))
+		if w.caps&capPluginAuth != 0 {
+			b = append(append(b, "mysql_native_password"...), 0)
+		}
+	}
 	if err := w.send(b); err != nil {
 		return wireResponse{}, err
 	}
@@ -732,4 +757,12 @@ func (w *wireConn) changeUser(user, password, db string) (wireResponse, error) {
 		}
 	}
 	return wireResponse{Packets: pkts}, err
+}
+
+// resetConnection sends COM_RESET_CONNECTION and reads its OK or ERR.
+func (w *wireConn) resetConnection() (wireResponse, error) {
+	if err := w.send([]byte{comResetConnection}); err != nil {
+		return wireResponse{}, err
+	}
+	return w.readOne()
 }
