@@ -286,6 +286,9 @@ func TestBackendDiesBetweenCommands(t *testing.T) {
 	tp := startProxy(t, f.addr, "")
 	victim := appWire(t, tp.Addr, "")
 	other := appWire(t, tp.Addr, "")
+	// In a transaction: an idle client outside one has its connection
+	// closed as soon as the backend's goes (TestBackendEndsIdleSession).
+	victim.mustQuery(t, "BEGIN")
 	fc := f.conn(t, 0)
 	fc.close()
 	<-fc.cut

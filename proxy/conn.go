@@ -119,22 +119,35 @@ var (
 	errQuit     = errors.New("client quit")
 	errDraining = errors.New("proxy shutting down")
 	errIdle     = errors.New("idle timeout")
+	errGone     = errors.New("backend closed the idle session")
 )
 
 // waitCommand blocks until the client sends its next command. It returns an
 // error when the connection should end instead: the client left, it was
-// idle too long, or the proxy is draining and this connection is outside a
-// transaction.
+// idle too long, the backend closed the idle session, or the proxy is
+// draining and this connection is outside a transaction.
 func (c *clientConn) waitCommand(rt *runtime) error {
 	idleTimeout := rt.cfg.Timeouts.Idle.D()
 	now := time.Now()
 	c.lastActive = now
+	var watch *backendWatch
+	defer func() {
+		if watch != nil {
+			watch.stop(c)
+		}
+	}()
 	for {
 		// Arm the deadline before declaring idleness, so that wake's
 		// deadline, set after it sees idle, is the one that counts.
 		var deadline time.Time
 		if idleTimeout > 0 {
 			deadline = c.lastActive.Add(idleTimeout)
+		}
+		early := false
+		if watch == nil && !c.inTransaction() {
+			if at := c.lastActive.Add(watchAfter); deadline.IsZero() || at.Before(deadline) {
+				deadline, early = at, true
+			}
 		}
 		c.client.conn.SetReadDeadline(deadline)
 		c.mu.Lock()
@@ -154,11 +167,19 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		if !isTimeout(err) {
 			return err
 		}
+		if watch != nil && watch.fired.Load() {
+			watch.stop(c)
+			watch = nil
+			return c.backendGone()
+		}
 		if c.p.draining.Load() && !c.inTransaction() {
 			return errDraining
 		}
 		if idleTimeout > 0 && time.Since(c.lastActive) >= idleTimeout {
 			return errIdle
+		}
+		if early && watch == nil {
+			watch = c.startWatch()
 		}
 		// A wake-up that found us busy in a transaction, or an early timer:
 		// keep waiting.
