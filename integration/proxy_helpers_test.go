@@ -77,7 +77,7 @@ func startProxyConfig(t testing.TB, cfg *policy.Config) *testProxy {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := proxy.NewMetrics(reg)
-	al, err := audit.Open(cfg.Audit.File, 1000)
+	al, err := audit.Open(audit.File{Path: cfg.Audit.File}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,8 @@ func TestDefaults(t *testing.T) {
 			OnStale:    "zero_rows",
 			Mode:       "enforce",
 		},
-		Path: "d.yaml",
+		Audit: Audit{MaxSizeMB: 100, MaxBackups: 10},
+		Path:  "d.yaml",
 	}
 	for _, src := range []string{"", "{}\n", "backend:\nfencing:\n  variables:\ntimeouts:\n"} {
 		c, err := Parse("d.yaml", []byte(src))
@@ -182,5 +183,24 @@ func TestBackendPassword(t *testing.T) {
 				t.Errorf("got %q, %v; want %q, %q", got, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestAuditRotationKeys(t *testing.T) {
+	for _, c := range []struct {
+		yaml          string
+		size, backups int
+	}{
+		{"audit: {file: a.jsonl}\n", DefaultAuditMaxSizeMB, DefaultAuditMaxBackups},
+		{"audit: {file: a.jsonl, max_size_mb: 0}\n", 0, DefaultAuditMaxBackups},
+		{"audit: {file: a.jsonl, max_size_mb: 5, max_backups: 1}\n", 5, 1},
+	} {
+		cfg, err := Parse("f.yaml", []byte(c.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if cfg.Audit.MaxSizeMB != c.size || cfg.Audit.MaxBackups != c.backups {
+			t.Errorf("%q: max_size_mb %d, max_backups %d; want %d, %d", c.yaml, cfg.Audit.MaxSizeMB, cfg.Audit.MaxBackups, c.size, c.backups)
+		}
 	}
 }

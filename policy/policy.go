@@ -131,6 +131,11 @@ type Table struct {
 // Audit is where rejected stale writes and refusals are recorded.
 type Audit struct {
 	File string `yaml:"file"` // JSON lines; "" = no file (metrics and /audit only)
+	// MaxSizeMB rotates the file when it would grow past this many MiB
+	// (default 100); 0 = never: an external logrotate moves it, then SIGHUP.
+	MaxSizeMB int `yaml:"max_size_mb"`
+	// MaxBackups is the number of rotated files kept (default 10).
+	MaxBackups int `yaml:"max_backups"`
 }
 
 // Duration is a time.Duration written in YAML as a Go duration string

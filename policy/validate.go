@@ -13,6 +13,12 @@ const (
 	DefaultShutdownTimeout  = 30 * time.Second
 )
 
+// Defaults of the audit file's rotation.
+const (
+	DefaultAuditMaxSizeMB  = 100
+	DefaultAuditMaxBackups = 10
+)
+
 // fillDefaults sets every key the file does not set (absent or null) to its
 // default. A key set explicitly keeps its value, even "" or 0, so that
 // validation can judge it: `admin: ""` turns the admin server off, a
@@ -51,6 +57,12 @@ func (c *Config) fillDefaults(d *decoder) {
 	str("fencing.variables.token", &c.Fencing.Variables.Token, DefaultTokenVar)
 	str("fencing.on_stale", &c.Fencing.OnStale, OnStaleZeroRows)
 	str("fencing.mode", &c.Fencing.Mode, ModeEnforce)
+	if !d.has("audit.max_size_mb") {
+		c.Audit.MaxSizeMB = DefaultAuditMaxSizeMB
+	}
+	if !d.has("audit.max_backups") {
+		c.Audit.MaxBackups = DefaultAuditMaxBackups
+	}
 }
 
 // validate records every rule the config breaks, at the key concerned.
@@ -106,6 +118,32 @@ func (c *Config) validate(d *decoder) {
 		d.fail(p.field, p.reason)
 	}
 	c.validateTables(d)
+	c.Audit.validate(d)
+}
+
+// maxAuditSizeMB keeps MaxSizeMB far from overflowing lumberjack's byte
+// count: 1 TiB.
+const maxAuditSizeMB = 1 << 20
+
+func (a *Audit) validate(d *decoder) {
+	if a.File == "" {
+		for _, k := range []string{"max_size_mb", "max_backups"} {
+			if d.has("audit." + k) {
+				d.fail("audit."+k, "needs audit.file")
+			}
+		}
+		return
+	}
+	if a.MaxSizeMB < 0 || a.MaxSizeMB > maxAuditSizeMB {
+		d.fail("audit.max_size_mb", fmt.Sprintf("must be from 0 (no rotation) to %d", maxAuditSizeMB))
+	}
+	switch {
+	case a.MaxSizeMB == 0 && d.has("audit.max_backups"):
+		d.fail("audit.max_backups", "has no effect with audit.max_size_mb: 0 (the proxy does not rotate)")
+	case a.MaxBackups < 1:
+		// lumberjack reads 0 as "keep every backup": unbounded.
+		d.fail("audit.max_backups", "must be 1 or more: the backups kept are bounded")
+	}
 }
 
 // pair checks that section's cert_file and key_file are given together.

@@ -80,6 +80,20 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 		{"rewrite_cache negative", "limits:\n  rewrite_cache: -1\n",
 			`2:18: limits.rewrite_cache: must be 0 (no cache) or more`},
 
+		// audit file rotation
+		{"max_size_mb negative", "audit:\n  file: a.jsonl\n  max_size_mb: -1\n",
+			`3:16: audit.max_size_mb: must be from 0 (no rotation) to 1048576`},
+		{"max_size_mb over 1 TiB", "audit:\n  file: a.jsonl\n  max_size_mb: 1048577\n",
+			`3:16: audit.max_size_mb: must be from 0 (no rotation) to 1048576`},
+		{"max_backups 0 is unbounded", "audit:\n  file: a.jsonl\n  max_backups: 0\n",
+			`3:16: audit.max_backups: must be 1 or more: the backups kept are bounded`},
+		{"max_backups without rotation", "audit:\n  file: a.jsonl\n  max_size_mb: 0\n  max_backups: 3\n",
+			`4:16: audit.max_backups: has no effect with audit.max_size_mb: 0 (the proxy does not rotate)`},
+		{"max_size_mb without a file", "audit:\n  max_size_mb: 10\n",
+			`2:16: audit.max_size_mb: needs audit.file`},
+		{"max_backups with file empty", "audit:\n  file: \"\"\n  max_backups: 2\n",
+			`3:16: audit.max_backups: needs audit.file`},
+
 		// durations
 		{"duration without unit", "timeouts:\n  idle: 30\n",
 			`2:9: timeouts.idle: 30 is not a duration: write it with a unit, such as "5s" or "0s"`},

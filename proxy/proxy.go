@@ -114,7 +114,7 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		p.metrics = NewMetrics(nil)
 	}
 	if p.audit == nil {
-		p.audit, _ = audit.Open("", 256)
+		p.audit, _ = audit.Open(audit.File{}, 256)
 	}
 	var err error
 	if p.backendTLS, err = backendTLSConfig(cfg.Backend); err != nil {

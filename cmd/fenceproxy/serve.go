@@ -170,7 +170,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	reloadOK.Set(1)
 	reloadTime.SetToCurrentTime()
 
-	auditLog, err := audit.Open(cfg.Audit.File, 1000)
+	auditLog, err := audit.Open(auditFile(cfg), 1000)
 	if err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 			cfg := reloader.Current()
 			p.Update(cfg, reloader.Policy())
 			level.Set(logLevel(cfg.LogLevel))
-			if err := auditLog.Reopen(); err != nil {
+			if err := auditLog.Reopen(auditFile(cfg)); err != nil {
 				logger.Error("audit file reopen failed", "err", err)
 			}
 			logger.Info("config reloaded", "policy_version", reloader.Policy().Version, "protected_tables", len(cfg.Tables))
@@ -270,6 +270,10 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	}
 	logger.Info("fenceproxy stopped")
 	return nil
+}
+
+func auditFile(cfg *policy.Config) audit.File {
+	return audit.File{Path: cfg.Audit.File, MaxSizeMB: cfg.Audit.MaxSizeMB, MaxBackups: cfg.Audit.MaxBackups}
 }
 
 func logLevel(s string) slog.Level {

@@ -9,9 +9,12 @@ package audit
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
+
+	"gopkg.in/natefinch/lumberjack.v2"
 )
 
 // Reasons (contract).
@@ -47,43 +50,77 @@ type Record struct {
 	Detail string `json:"detail,omitempty"`
 }
 
+// File is where and how the audit file is written.
+type File struct {
+	Path string // "" = no file (memory only)
+	// MaxSizeMB rotates the file when a write would take it past this many
+	// megabytes (MiB); 0 = never (an external logrotate moves it, then SIGHUP).
+	MaxSizeMB int
+	// MaxBackups is how many rotated files are kept next to it, named
+	// NAME-<UTC time>.EXT; older ones are deleted.
+	MaxBackups int
+}
+
 // Log appends records to a file (optional) and keeps the last few in memory.
 type Log struct {
 	mu     sync.Mutex
-	path   string
-	f      *os.File
+	file   File
+	w      io.WriteCloser // nil: memory only
 	recent []Record
 	next   int
 	full   bool
 }
 
-// Open starts a log writing to path ("" = memory only), keeping the last
+// Open starts a log writing to f (f.Path "" = memory only), keeping the last
 // keep records for Recent.
-func Open(path string, keep int) (*Log, error) {
-	l := &Log{path: path, recent: make([]Record, max(keep, 1))}
-	if path != "" {
-		if err := l.Reopen(); err != nil {
-			return nil, err
-		}
+func Open(f File, keep int) (*Log, error) {
+	l := &Log{recent: make([]Record, max(keep, 1))}
+	if err := l.Reopen(f); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
 
-// Reopen reopens the file (after log rotation moved it away).
-func (l *Log) Reopen() error {
-	if l.path == "" {
-		return nil
-	}
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-	if err != nil {
-		return fmt.Errorf("audit file: %w", err)
+// Reopen closes the file and continues with f: the same settings after an
+// external rotation moved the file away (the next record creates it anew),
+// or new ones after a reload.
+func (l *Log) Reopen(f File) error {
+	var plain *os.File
+	if f.Path != "" {
+		// Opened here, not lazily by the first record, so that an
+		// unwritable path fails the start or the reload that names it.
+		of, err := os.OpenFile(f.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("audit file: %w", err)
+		}
+		plain = of
 	}
 	l.mu.Lock()
-	old := l.f
-	l.f = f
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	old := l.w
+	switch {
+	case f.Path == "":
+		l.w = nil
+	case f.MaxSizeMB == 0:
+		l.w = plain
+	default:
+		plain.Close()
+		if lj, ok := old.(*lumberjack.Logger); ok && l.file == f {
+			// A new lumberjack.Logger starts a goroutine that outlives
+			// it: keep this one, closed, so that its next write opens
+			// the file at f.Path again.
+			old = nil
+			lj.Close()
+		} else {
+			// lumberjack appends with O_APPEND too, but it counts the
+			// bytes it wrote itself: with rotation, each proxy needs a
+			// file of its own.
+			l.w = &lumberjack.Logger{Filename: f.Path, MaxSize: f.MaxSizeMB, MaxBackups: f.MaxBackups}
+		}
+	}
+	l.file = f
 	if old != nil {
-		old.Close()
+		return old.Close()
 	}
 	return nil
 }
@@ -103,12 +140,12 @@ func (l *Log) Write(r Record) error {
 	if l.next == 0 {
 		l.full = true
 	}
-	if l.f == nil {
+	if l.w == nil {
 		return nil
 	}
 	// One write call per line with O_APPEND keeps lines whole even when
-	// several processes share the file.
-	_, err = l.f.Write(line)
+	// several processes share an unrotated file.
+	_, err = l.w.Write(line)
 	return err
 }
 
@@ -131,10 +168,10 @@ func (l *Log) Recent(n int) []Record {
 func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f == nil {
+	if l.w == nil {
 		return nil
 	}
-	err := l.f.Close()
-	l.f = nil
+	err := l.w.Close()
+	l.w = nil
 	return err
 }

@@ -3,15 +3,18 @@ package audit
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLogWritesLinesAndKeepsTheLatest(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l, err := Open(path, 3)
+	l, err := Open(File{Path: path}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +35,7 @@ func TestLogWritesLinesAndKeepsTheLatest(t *testing.T) {
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Reopen(); err != nil {
+	if err := l.Reopen(File{Path: path}); err != nil {
 		t.Fatal(err)
 	}
 	l.Write(Record{Reason: LeaseMissing})
@@ -58,7 +61,7 @@ func TestLogWritesLinesAndKeepsTheLatest(t *testing.T) {
 }
 
 func TestMemoryOnlyLog(t *testing.T) {
-	l, err := Open("", 2)
+	l, err := Open(File{}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,4 +87,143 @@ func readLines(t *testing.T, path string) []string {
 		out = append(out, sc.Text())
 	}
 	return out
+}
+
+// TestRotationKeepsBoundedBackups writes past max_size_mb several times:
+// the file is rotated, at most max_backups old files remain, and no record
+// is cut or lost from the files kept.
+func TestRotationKeepsBoundedBackups(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.jsonl")
+	l, err := Open(File{Path: path, MaxSizeMB: 1, MaxBackups: 2}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// About 4 MiB of records: four rotations.
+	detail := strings.Repeat("d", 1000)
+	n, prevSize := 0, int64(0)
+	for written := 0; written < 4<<20; n++ {
+		r := Record{Reason: StaleToken, Table: "app.t", Digest: fmt.Sprint(n), Detail: detail}
+		if err := l.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := json.Marshal(r)
+		written += len(line) + 1
+		// Backups are named by the millisecond of their rotation: let the
+		// clock move on before the next one can happen, as it always has
+		// in production between a megabyte of audit records.
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() < prevSize {
+			for ms := time.Now().UnixMilli(); time.Now().UnixMilli() == ms; {
+			}
+		}
+		prevSize = st.Size()
+	}
+	// lumberjack deletes surplus backups in a goroutine of its own.
+	var backups []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		backups, _ = filepath.Glob(filepath.Join(dir, "audit-*.jsonl"))
+		if len(backups) <= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(backups) != 2 {
+		t.Fatalf("backups %q: want 2 (max_backups) after 4 rotations", backups)
+	}
+	// Backup names sort by time; then the current file.
+	slices.Sort(backups)
+	var digests []int
+	for _, f := range append(backups, path) {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() > 1<<20 {
+			t.Errorf("%s: %d bytes, over max_size_mb", f, st.Size())
+		}
+		for _, line := range readLines(t, f) {
+			var r Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("%s: a cut line: %v", f, err)
+			}
+			var d int
+			fmt.Sscan(r.Digest, &d)
+			digests = append(digests, d)
+		}
+	}
+	// The kept files hold the latest records, in order, without a gap.
+	for i, d := range digests {
+		if want := n - len(digests) + i; d != want {
+			t.Fatalf("record %d of the kept files is #%d, want #%d (of %d written)", i, d, want, n)
+		}
+	}
+}
+
+// TestReopenOnReload: SIGHUP calls Reopen with the reloaded settings. After
+// an external move the same settings start a new file; new settings (path,
+// rotation) take effect; an unwritable path is an error and the running
+// file stays in use.
+func TestReopenOnReload(t *testing.T) {
+	dir := t.TempDir()
+	first := File{Path: filepath.Join(dir, "audit.jsonl"), MaxSizeMB: 1, MaxBackups: 3}
+	l, err := Open(first, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	write := func(reason string) {
+		t.Helper()
+		if err := l.Write(Record{Reason: reason}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(StaleToken)
+	if err := os.Rename(first.Path, first.Path+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	write(Expired) // still the moved file: nothing reopened it yet
+	if err := l.Reopen(first); err != nil {
+		t.Fatal(err)
+	}
+	write(OwnerMismatch)
+
+	second := File{Path: filepath.Join(dir, "other.jsonl")} // no rotation
+	if err := l.Reopen(second); err != nil {
+		t.Fatal(err)
+	}
+	write(NoFence)
+	bad := File{Path: filepath.Join(dir, "missing-dir", "a.jsonl"), MaxSizeMB: 1, MaxBackups: 1}
+	if err := l.Reopen(bad); err == nil {
+		t.Fatal("Reopen of a path in a missing directory: no error")
+	}
+	write(Refused)
+
+	for _, c := range []struct {
+		file string
+		want []string
+	}{
+		{first.Path + ".moved", []string{StaleToken, Expired}},
+		{first.Path, []string{OwnerMismatch}},
+		{second.Path, []string{NoFence, Refused}},
+	} {
+		var got []string
+		for _, line := range readLines(t, c.file) {
+			var r Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r.Reason)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: reasons %q, want %q", filepath.Base(c.file), got, c.want)
+		}
+	}
+	if st, err := os.Stat(first.Path); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("reopened file: %v, mode %v, want 0640", err, st.Mode().Perm())
+	}
 }
