@@ -160,13 +160,7 @@ func checkBackend(cfg *policy.Config) []error {
 func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, logger *slog.Logger, level *slog.LevelVar) error {
 	cfg := reloader.Current()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := proxy.NewMetrics(reg)
-	reloadOK := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "fenceproxy_config_last_reload_successful", Help: "Whether the last configuration reload succeeded."})
-	reloadTime := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "fenceproxy_config_last_reload_success_timestamp_seconds", Help: "Time of the last successful configuration reload."})
-	reg.MustRegister(reloadOK, reloadTime)
+	metrics, reloadOK, reloadTime := registerMetrics(reg)
 	reloadOK.Set(1)
 	reloadTime.SetToCurrentTime()
 
@@ -270,6 +264,19 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	}
 	logger.Info("fenceproxy stopped")
 	return nil
+}
+
+// registerMetrics registers everything /metrics serves with reg. The
+// dashboard and alert rules in configs/ are tested against it.
+func registerMetrics(reg prometheus.Registerer) (m *proxy.Metrics, reloadOK, reloadTime prometheus.Gauge) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m = proxy.NewMetrics(reg)
+	reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fenceproxy_config_last_reload_successful", Help: "Whether the last configuration reload succeeded."})
+	reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fenceproxy_config_last_reload_success_timestamp_seconds", Help: "Time of the last successful configuration reload."})
+	reg.MustRegister(reloadOK, reloadTime)
+	return m, reloadOK, reloadTime
 }
 
 func auditFile(cfg *policy.Config) audit.File {
