@@ -205,15 +205,22 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		logger.Info("admin endpoint listening", "admin", aln.Addr().String())
 	}
 
+	notify := func(state ...string) {
+		if err := sdNotify(state...); err != nil {
+			logger.Warn("telling systemd the proxy's state failed", "state", state[0], "err", err)
+		}
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	go func() {
 		for range hup {
+			notify("RELOADING=1")
 			restart, err := reloader.Reload()
 			if err != nil {
 				reloadOK.Set(0)
 				logger.Error("config reload failed; keeping the running config", "err", err)
+				notify("READY=1", "STATUS=config reload failed; running the previous config (see the log)")
 				continue
 			}
 			reloadOK.Set(1)
@@ -225,6 +232,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 				logger.Error("audit file reopen failed", "err", err)
 			}
 			logger.Info("config reloaded", "policy_version", reloader.Policy().Version, "protected_tables", len(cfg.Tables))
+			notify("READY=1", fmt.Sprintf("STATUS=config reloaded (policy version %d)", reloader.Policy().Version))
 			if len(restart) > 0 {
 				logger.Warn("changed settings take effect only after a restart", "keys", strings.Join(restart, ","))
 			}
@@ -233,6 +241,9 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.Serve(ln) }()
+	// The listener already queues connections: ready for systemd's
+	// After= ordering. Whether the backend answers is /readyz's business.
+	notify("READY=1", "STATUS=listening on "+ln.Addr().String())
 	select {
 	case err := <-serveErr:
 		if err != nil {
@@ -252,6 +263,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 			}
 		}
 	}
+	notify("STOPPING=1")
 	timeout := reloader.Current().Timeouts.Shutdown.D()
 	logger.Info("shutting down: draining connections", "deadline", timeout)
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
