@@ -84,7 +84,8 @@ func TestSdNotify(t *testing.T) {
 // TestServeTellsSystemd runs serve as systemd would with Type=notify: READY=1
 // comes once the proxy answers clients, each SIGHUP is bracketed by
 // RELOADING=1 and READY=1 (a failed reload too: the old config keeps
-// running), and STOPPING=1 starts the drain.
+// running), and STOPPING=1 starts the drain. The reload reopens the audit
+// file.
 func TestServeTellsSystemd(t *testing.T) {
 	conn := notifySocket(t, "notify.sock")
 	dir := t.TempDir()
@@ -127,12 +128,20 @@ func TestServeTellsSystemd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// logrotate moves the audit file away; the reload starts a new one.
+	auditPath := filepath.Join(dir, "audit.jsonl")
+	if err := os.Rename(auditPath, auditPath+".1"); err != nil {
+		t.Fatal(err)
+	}
 	hup()
 	if got := nextNotification(t, conn); got != "RELOADING=1" {
 		t.Fatalf("on SIGHUP: %q, want RELOADING=1", got)
 	}
 	if got := nextNotification(t, conn); got != "READY=1\nSTATUS=config reloaded (policy version 2)" {
 		t.Fatalf("after the reload: %q", got)
+	}
+	if _, err := os.Stat(auditPath); err != nil {
+		t.Errorf("the reload did not reopen the audit file: %v", err)
 	}
 
 	if err := os.WriteFile(cfgPath, []byte("listen: [\n"), 0o644); err != nil {
