@@ -34,4 +34,4 @@ EXPOSE 6033 9033
 # `docker stop -t 40` or a terminationGracePeriodSeconds above it.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/fenceproxy"]
-CMD ["serve", "-config", "/etc/fenceproxy/fenceproxy.yaml"]
+CMD ["serve", "--config", "/etc/fenceproxy/fenceproxy.yaml"]

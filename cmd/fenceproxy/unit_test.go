@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +57,53 @@ func TestSystemdUnitVerifies(t *testing.T) {
 			}
 			if bad {
 				t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestShippedCommandLines parses the serve command lines of the systemd unit
+// and the Dockerfile with the binary's own command tree: a single-dash
+// -config, say, would read as -c onfig and serve a file named "onfig".
+func TestShippedCommandLines(t *testing.T) {
+	unit := string(readConfig(t, "fenceproxy.service"))
+	dockerfile, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execStart, cmdLine []string
+	for _, line := range strings.Split(unit, "\n") {
+		if rest, ok := strings.CutPrefix(line, "ExecStart=/usr/local/bin/fenceproxy "); ok {
+			execStart = strings.Fields(rest)
+		}
+	}
+	for _, line := range strings.Split(string(dockerfile), "\n") {
+		if rest, ok := strings.CutPrefix(line, "CMD "); ok {
+			if err := json.Unmarshal([]byte(rest), &cmdLine); err != nil {
+				t.Fatalf("Dockerfile CMD %s: %v", rest, err)
+			}
+		}
+	}
+	if !strings.Contains(string(dockerfile), `ENTRYPOINT ["/usr/local/bin/fenceproxy"]`) {
+		t.Error("the Dockerfile's ENTRYPOINT is not the binary")
+	}
+	for name, args := range map[string][]string{"fenceproxy.service ExecStart": execStart, "Dockerfile CMD": cmdLine} {
+		t.Run(name, func(t *testing.T) {
+			if len(args) == 0 {
+				t.Fatal("no command line found")
+			}
+			cmd, rest, err := newRoot(io.Discard, io.Discard).Find(args)
+			if err != nil || cmd.Name() != "serve" {
+				t.Fatalf("%q runs %q (%v), want serve", args, cmd.Name(), err)
+			}
+			if err := cmd.ParseFlags(rest); err != nil {
+				t.Fatalf("%q: %v", args, err)
+			}
+			if got := cmd.Flags().Lookup("config").Value.String(); got != "/etc/fenceproxy/fenceproxy.yaml" {
+				t.Errorf("%q serves config %q, want /etc/fenceproxy/fenceproxy.yaml", args, got)
+			}
+			if extra := cmd.Flags().Args(); len(extra) > 0 {
+				t.Errorf("%q: stray arguments %q", args, extra)
 			}
 		})
 	}
