@@ -30,8 +30,9 @@ USER 65532:65532
 VOLUME ["/var/log/fenceproxy"]
 # 6033: MySQL protocol for apps; 9033: admin HTTP (/metrics /healthz /readyz /audit).
 EXPOSE 6033 9033
-# SIGTERM drains connections for up to timeouts.shutdown (30s): give
-# `docker stop -t 40` or a terminationGracePeriodSeconds above it.
+# SIGTERM drains connections for timeouts.drain_delay + timeouts.shutdown
+# (0s + 30s by default): give `docker stop -t 40` or a
+# terminationGracePeriodSeconds above it.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/fenceproxy"]
 CMD ["serve", "--config", "/etc/fenceproxy/fenceproxy.yaml"]

@@ -103,7 +103,7 @@ func TestServeTellsSystemd(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { done <- serve(ctx, reloader, logger, new(slog.LevelVar)) }()
+	go func() { done <- serve(ctx, func() {}, reloader, logger, new(slog.LevelVar)) }()
 
 	ready := nextNotification(t, conn)
 	addr, ok := strings.CutPrefix(ready, "READY=1\nSTATUS=listening on ")

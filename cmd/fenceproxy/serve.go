@@ -251,6 +251,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		}
 	case <-ctx.Done():
 		stopSignals() // a second SIGTERM or SIGINT ends the process at once
+		notify("STOPPING=1")
 		p.Drain()
 		if delay := reloader.Current().Timeouts.DrainDelay.D(); delay > 0 {
 			logger.Info("draining: /readyz answers 503, still accepting clients", "drain_delay", delay)
@@ -263,7 +264,6 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 			}
 		}
 	}
-	notify("STOPPING=1")
 	timeout := reloader.Current().Timeouts.Shutdown.D()
 	logger.Info("shutting down: draining connections", "deadline", timeout)
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
