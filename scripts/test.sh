@@ -2,9 +2,12 @@
 # The project's test command (README, .ci/run): the alert rules through
 # promtool, vet, then every test with the race detector against a real
 # server. The integration harness starts its own disposable mariadbd/mysqld
-# (or uses FENCEPROXY_TEST_DSN); this script only makes sure a server binary
-# and promtool exist, installing Debian's mariadb-server and prometheus when
-# they are missing, and makes a missing server a failure instead of a skip.
+# (or uses FENCEPROXY_TEST_DSN) and a 3-node MariaDB Galera cluster; this
+# script only makes sure the binaries and promtool exist, installing Debian's
+# mariadb-server, galera-4, rsync, iproute2 (ss, used by the rsync state
+# transfer) and prometheus when they are missing, and makes a missing server
+# a failure instead of a skip. The randomized Galera race runs for
+# FENCEPROXY_GALERA_RACE per fence shape (30s here, a few seconds by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin"
@@ -14,11 +17,18 @@ have_server() {
   for b in mariadbd mysqld; do command -v "$b" >/dev/null && return 0; done
   [[ -x /usr/sbin/mariadbd || -x /usr/sbin/mysqld ]]
 }
-if ! have_server || ! command -v mariadb >/dev/null; then
-  echo "test.sh: no MariaDB/MySQL server or client found; installing mariadb-server with apt-get" >&2
+have_galera() {
+  local lib found=""
+  for lib in /usr/lib/galera/libgalera_smm.so /usr/lib/galera-4/libgalera_smm.so /usr/lib64/galera-4/libgalera_smm.so /usr/lib64/galera/libgalera_smm.so; do
+    [[ -e $lib ]] && found=1
+  done
+  [[ -n $found ]] && command -v rsync >/dev/null && { command -v ss >/dev/null || command -v lsof >/dev/null; }
+}
+if ! have_server || ! command -v mariadb >/dev/null || ! have_galera; then
+  echo "test.sh: MariaDB server/client, Galera or rsync missing; installing mariadb-server galera-4 rsync iproute2 with apt-get" >&2
   sudo=""; [[ $(id -u) == 0 ]] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq mariadb-server mariadb-client galera-4 rsync iproute2 >/dev/null
 fi
 
 # promtool (Debian's prometheus package) checks and unit-tests the alert
@@ -35,6 +45,7 @@ promtool check rules configs/alerts.yml
 promtool test rules configs/alerts_test.yml
 
 export FENCEPROXY_REQUIRE_SERVER=1
+export FENCEPROXY_GALERA_RACE=${FENCEPROXY_GALERA_RACE:-30s}
 go vet ./...
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [[ -n $unformatted ]]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -62,6 +63,15 @@ type Server struct {
 	exited   chan struct{} // closed when cmd has been waited for
 	errorLog string        // path of the server's error log
 	binlog   bool          // Options.Binlog
+
+	// How run starts the process: the --user to pass ("" none), options
+	// after the common ones, root's socket password when the datadir
+	// already has one (a Galera node copied from a seed), and how long to
+	// wait for the socket (0: readyTimeout).
+	user           string
+	extraArgs      []string
+	socketPassword string
+	readyTimeout   time.Duration
 
 	closeOnce sync.Once
 	closeErr  error

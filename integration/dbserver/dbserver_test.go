@@ -86,3 +86,37 @@ func TestTail(t *testing.T) {
 		t.Errorf("tail 10 = %q", got)
 	}
 }
+
+func TestFindGaleraNamesWhatToInstall(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	saved, savedDirs := galeraProviders, searchDirs
+	galeraProviders, searchDirs = []string{filepath.Join(t.TempDir(), "libgalera_smm.so")}, nil
+	defer func() { galeraProviders, searchDirs = saved, savedDirs }()
+	_, err := FindGalera()
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "apt-get install mariadb-server galera-4 rsync") ||
+		!strings.Contains(err.Error(), "libgalera_smm.so") {
+		t.Fatalf("FindGalera() error = %v", err)
+	}
+}
+
+func TestSetSafeToBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "grastate.dat")
+	state := "# GALERA saved state\nversion: 2.1\nuuid:    04bda214-ed66-11f1-a0d6-636f8989213d\nseqno:   2\nsafe_to_bootstrap: 1\n"
+	if err := os.WriteFile(p, []byte(state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, safe := range []bool{false, true} {
+		if err := setSafeToBootstrap(dir, safe); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(p)
+		want := strings.Replace(state, "safe_to_bootstrap: 1", "safe_to_bootstrap: 0", 1)
+		if safe {
+			want = state
+		}
+		if string(got) != want {
+			t.Errorf("safe=%v: %q", safe, got)
+		}
+	}
+}

@@ -82,9 +82,10 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 	} else {
 		args = append(args, "--skip-log-bin")
 	}
-	if os.Geteuid() == 0 {
-		args = append(args, "--user=root")
+	if s.user != "" {
+		args = append(args, "--user="+s.user)
 	}
+	args = append(args, s.extraArgs...)
 	if info.flavor == FlavorMySQL {
 		// The X protocol listens on 33060 by default: two servers would clash.
 		args = append(args, "--mysqlx=OFF")
@@ -114,6 +115,7 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 	// Poll the socket as the still passwordless root.
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Net, cfg.Addr = "root", "unix", sock
+	cfg.Passwd = s.socketPassword
 	cfg.Timeout = time.Second
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -121,7 +123,11 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 	}
 	db := sql.OpenDB(conn)
 	defer db.Close()
-	deadline := time.NewTimer(readyTimeout)
+	wait := readyTimeout
+	if s.readyTimeout > 0 {
+		wait = s.readyTimeout
+	}
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -142,7 +148,7 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 			return fmt.Errorf("waiting for the server: %w (last error: %v)", ctx.Err(), lastErr)
 		case <-deadline.C:
 			s.stop()
-			return fmt.Errorf("server not ready after %s: %v", readyTimeout, lastErr)
+			return fmt.Errorf("server not ready after %s: %v", wait, lastErr)
 		case <-tick.C:
 		}
 	}

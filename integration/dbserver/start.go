@@ -31,14 +31,14 @@ func Start(ctx context.Context, opts Options) (srv *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, Flavor: info.flavor, errorLog: filepath.Join(dir, "error.log"), binlog: opts.Binlog}
+	s := &Server{Dir: dir, Flavor: info.flavor, errorLog: filepath.Join(dir, "error.log"), binlog: opts.Binlog, user: defaultUser()}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
 	datadir := filepath.Join(dir, "data")
-	if err := initialize(ctx, binary, info, datadir, dir); err != nil {
+	if err := initialize(ctx, binary, info, datadir, dir, s.user); err != nil {
 		return nil, err
 	}
 	if opts.TLS {
@@ -75,9 +75,19 @@ func makeDir() (string, error) {
 	return dir, nil
 }
 
+// defaultUser is the --user a server runs as: root must name itself (mariadbd
+// refuses to run as root otherwise); anyone else runs as themselves.
+func defaultUser() string {
+	if os.Geteuid() == 0 {
+		return "root"
+	}
+	return ""
+}
+
 // initialize creates the system tables in datadir, with a passwordless
-// root@localhost reachable over the socket.
-func initialize(ctx context.Context, binary string, info binaryInfo, datadir, dir string) error {
+// root@localhost reachable over the socket. user is the --user to pass
+// ("" for none); extra options go to the server that creates the tables.
+func initialize(ctx context.Context, binary string, info binaryInfo, datadir, dir, user string, extra ...string) error {
 	var cmd *exec.Cmd
 	if info.flavor == FlavorMariaDB {
 		installDB, err := findInstallDB(binary)
@@ -86,15 +96,17 @@ func initialize(ctx context.Context, binary string, info binaryInfo, datadir, di
 		}
 		args := []string{"--no-defaults", "--basedir=" + filepath.Dir(filepath.Dir(binary)), "--datadir=" + datadir,
 			"--auth-root-authentication-method=normal", "--skip-test-db"}
-		if os.Geteuid() == 0 {
-			args = append(args, "--user=root")
+		if user != "" {
+			args = append(args, "--user="+user)
 		}
+		args = append(args, extra...)
 		cmd = exec.CommandContext(ctx, installDB, args...)
 	} else {
 		args := []string{"--no-defaults", "--initialize-insecure", "--datadir=" + datadir}
-		if os.Geteuid() == 0 {
-			args = append(args, "--user=root")
+		if user != "" {
+			args = append(args, "--user="+user)
 		}
+		args = append(args, extra...)
 		cmd = exec.CommandContext(ctx, binary, args...)
 	}
 	cmd.SysProcAttr = childAttr()

@@ -45,6 +45,17 @@ type shared struct {
 
 var plain, withTLS shared
 
+// galera is the test binary's Galera cluster, started on first use.
+var galera struct {
+	once    sync.Once
+	cluster *dbserver.Cluster
+	err     error
+}
+
+// galeraStartTimeout bounds starting a cluster: three nodes, one after the
+// other through their state transfers, on a machine that may be busy.
+const galeraStartTimeout = 4 * time.Minute
+
 func (sh *shared) get(t testing.TB, opts dbserver.Options) *dbserver.Server {
 	t.Helper()
 	sh.once.Do(func() {
@@ -91,10 +102,37 @@ func SharedTLS(t testing.TB) *dbserver.Server {
 	return s
 }
 
+// SharedGalera returns the test binary's 3-node MariaDB Galera cluster on
+// loopback, started on first use; node 3 keeps a binary log of everything
+// the cluster commits, in commit order. It is skipped (or, with
+// FENCEPROXY_REQUIRE_SERVER=1, fails) when mariadbd, the Galera provider or
+// rsync is not installed. FENCEPROXY_TEST_DSN does not apply: a cluster is
+// always started here.
+func SharedGalera(t testing.TB) *dbserver.Cluster {
+	t.Helper()
+	galera.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), galeraStartTimeout)
+		defer cancel()
+		galera.cluster, galera.err = dbserver.StartGalera(ctx, dbserver.ClusterOptions{Nodes: 3, BinlogNode: 3})
+		if galera.err == nil {
+			os.Stderr.WriteString("dbtest: galera cluster of 3 nodes started in " + galera.cluster.Startup.Round(10*time.Millisecond).String() + "\n")
+		}
+	})
+	if galera.err != nil {
+		Unavailable(t, galera.err)
+	}
+	return galera.cluster
+}
+
 // Main runs the tests, stops the shared servers and exits with the tests'
 // status. Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	if galera.cluster != nil {
+		if err := galera.cluster.Close(); err != nil {
+			os.Stderr.WriteString("dbtest: closing the galera cluster: " + err.Error() + "\n")
+		}
+	}
 	for _, sh := range []*shared{&plain, &withTLS} {
 		if sh.srv != nil {
 			if err := sh.srv.Close(); err != nil {
