@@ -113,7 +113,7 @@ func initialize(ctx context.Context, binary string, info binaryInfo, datadir, di
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		os.WriteFile(filepath.Join(dir, "install.log"), out, 0o600)
-		return fmt.Errorf("dbserver: %s: %v\n%s", strings.Join(cmd.Args, " "), err, lastLines(string(out), 30))
+		return fmt.Errorf("dbserver: %s: %v\n%s", strings.Join(cmd.Args, " "), err, lastLines(string(out), 60))
 	}
 	return nil
 }
