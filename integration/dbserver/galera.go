@@ -144,7 +144,7 @@ func galeraUser() (galeraSetup, error) {
 // SST, not a copy of the data. That saves two datadir initializations and
 // lets a node keep a binary log from its first start (a full rsync SST
 // would overwrite it).
-func StartGalera(ctx context.Context, opts ClusterOptions) (c *Cluster, err error) {
+func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	began := time.Now()
 	n := opts.Nodes
 	if n == 0 {
@@ -175,7 +175,7 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (c *Cluster, err erro
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Dir: dir, Name: filepath.Base(dir)}
+	c := &Cluster{Dir: dir, Name: filepath.Base(dir)}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -210,6 +210,9 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (c *Cluster, err erro
 			if err := setSafeToBootstrap(datadir, false); err != nil {
 				return nil, err
 			}
+		}
+		if _, err := privateTmp(nodeDir); err != nil {
+			return nil, err
 		}
 		if err := chownTree(nodeDir, setup); err != nil {
 			return nil, err
@@ -295,6 +298,9 @@ func (c *Cluster) prepareSeed(ctx context.Context, binary string, info binaryInf
 	seedDir := filepath.Join(c.Dir, "seed")
 	datadir := filepath.Join(seedDir, "data")
 	if err := os.Mkdir(seedDir, 0o700); err != nil {
+		return nil, err
+	}
+	if _, err := privateTmp(seedDir); err != nil {
 		return nil, err
 	}
 	if err := chownTree(c.Dir, setup); err != nil {

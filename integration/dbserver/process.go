@@ -60,8 +60,13 @@ func freePort() (int, error) {
 // process is gone when it returns.
 func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadir string, port int) error {
 	sock := filepath.Join(s.Dir, "sock")
+	tmp, err := privateTmp(s.Dir)
+	if err != nil {
+		return err
+	}
 	args := []string{
-		"--no-defaults",
+		"--no-defaults", // must come first
+		"--tmpdir=" + tmp,
 		"--datadir=" + datadir,
 		"--port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",

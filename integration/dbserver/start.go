@@ -88,6 +88,11 @@ func defaultUser() string {
 // root@localhost reachable over the socket. user is the --user to pass
 // ("" for none); extra options go to the server that creates the tables.
 func initialize(ctx context.Context, binary string, info binaryInfo, datadir, dir, user string, extra ...string) error {
+	tmp, err := privateTmp(dir)
+	if err != nil {
+		return err
+	}
+	extra = append([]string{"--tmpdir=" + tmp}, extra...)
 	var cmd *exec.Cmd
 	if info.flavor == FlavorMariaDB {
 		installDB, err := findInstallDB(binary)
@@ -116,6 +121,19 @@ func initialize(ctx context.Context, binary string, info binaryInfo, datadir, di
 		return fmt.Errorf("dbserver: %s: %v\n%s", strings.Join(cmd.Args, " "), err, lastLines(string(out), 60))
 	}
 	return nil
+}
+
+// privateTmp creates dir/tmp for a server's --tmpdir. A server starting
+// up deletes every #sql* file in its tmpdir: with a shared /tmp, that
+// removes the temporary tables of another server's mariadb-install-db
+// running at the same moment, which then fails ("Unknown table
+// 'mysql.tmp_user_nopasswd'").
+func privateTmp(dir string) (string, error) {
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return "", fmt.Errorf("dbserver: %w", err)
+	}
+	return tmp, nil
 }
 
 // childAttr makes a child die with this process and keeps it out of the
