@@ -69,7 +69,8 @@ func TestGaleraNodesFormOneSyncedCluster(t *testing.T) {
 }
 
 // A row written on one node is on the others once they have applied it
-// (wsrep_sync_wait makes a read wait for that), and two nodes accept
+// (wsrep_sync_wait=15 makes reads and writes wait for that: a node may
+// not yet have applied a CREATE TABLE committed on another), and two nodes accept
 // writes: the cluster is multi-primary, which is what the fence must
 // survive.
 func TestGaleraReplicatesWritesFromEveryNode(t *testing.T) {
@@ -77,7 +78,7 @@ func TestGaleraReplicatesWritesFromEveryNode(t *testing.T) {
 	name := dbtest.NewDatabase(t, c.Nodes[0])
 	dbs := make([]*sql.DB, len(c.Nodes))
 	for i, s := range c.Nodes {
-		dbs[i] = dbtest.Open(t, s.DSN(dbserver.AppUser, dbserver.AppPassword, name)+"&wsrep_sync_wait=1")
+		dbs[i] = dbtest.Open(t, s.DSN(dbserver.AppUser, dbserver.AppPassword, name)+"&wsrep_sync_wait=15")
 	}
 	if _, err := dbs[0].Exec("CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, node INT NOT NULL)"); err != nil {
 		t.Fatal(err)
