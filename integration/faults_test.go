@@ -1,10 +1,15 @@
 package integration
 
 import (
+	"bytes"
 	"database/sql"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,24 +209,27 @@ func TestBackendUnavailableAtConnect(t *testing.T) {
 		code    uint16
 		message string
 	}{
-		{"nothing listening", closedPort(t), 2003, "cannot connect to the backend"},
-		{"no handshake", silent.Addr().String(), 2013, "sent no handshake"},
+		{"nothing listening", closedPort(t), 9001, "cannot connect to the backend"},
+		{"no handshake", silent.Addr().String(), 9001, "sent no handshake"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tp := startProxy(t, tc.addr, "timeouts:\n  connect: 700ms\n")
-			for _, client := range []string{"raw", "go-sql-driver"} {
+			for _, client := range []string{"raw", "go-sql-driver", "mariadb"} {
 				start := time.Now()
 				var code uint16
 				var msg string
-				if client == "raw" {
+				switch client {
+				case "mariadb":
+					code, msg = mariadbClientError(t, tp.Addr)
+				case "raw":
 					_, err := dialWire(tp.Addr, wireOptions{User: dbserver.AppUser, Password: dbserver.AppPassword, Timeout: 10 * time.Second})
 					var we *wireError
 					if !errors.As(err, &we) {
 						t.Fatalf("%s: want an ERR packet, got %v", client, err)
 					}
 					code, msg = we.Code, we.Msg
-				} else {
+				default:
 					err := connectErr(tp.DSN(dbserver.AppUser, dbserver.AppPassword, "") + "&timeout=10s")
 					var me *mysql.MySQLError
 					if !errors.As(err, &me) {
@@ -237,11 +245,45 @@ func TestBackendUnavailableAtConnect(t *testing.T) {
 					t.Errorf("%s: the error came after %v (connect timeout %v)", client, elapsed, timeout)
 				}
 			}
-			if n := testutilCounter(t, tp.Reg, "fenceproxy_backend_dial_failures_total"); n != 2 {
-				t.Errorf("backend_dial_failures_total = %v, want 2", n)
+			if n := testutilCounter(t, tp.Reg, "fenceproxy_backend_dial_failures_total"); n != 4 {
+				t.Errorf("backend_dial_failures_total = %v, want 4 (raw, go-sql-driver, mariadb twice)", n)
 			}
 		})
 	}
+}
+
+// mariadbClientError connects with the real mariadb command-line client
+// (libmariadb), which must show the proxy's error as a server error: it
+// reports an error code of its own range sent by a server as "Received
+// malformed packet" (2027). The client's default TLS check wraps an error
+// that comes before TLS as "2002 ... cannot be verified: CODE - MESSAGE";
+// with --ssl=0 it prints "ERROR CODE (STATE): MESSAGE". Both are checked.
+func mariadbClientError(t *testing.T, addr string) (uint16, string) {
+	t.Helper()
+	bin, err := exec.LookPath("mariadb")
+	if err != nil {
+		t.Fatalf("the mariadb client is not installed (scripts/test.sh installs it): %v", err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	run := func(extra ...string) string {
+		args := append([]string{"--no-defaults", "--protocol=TCP", "-h", host, "-P", port, "-u", dbserver.AppUser,
+			"-p" + dbserver.AppPassword, "--connect-timeout=10", "-e", "SELECT 1"}, extra...)
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err == nil {
+			t.Fatalf("mariadb %v connected: %s", extra, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	plain := run("--ssl=0")
+	m := regexp.MustCompile(`^ERROR (\d+) \(HY000\)(?: at line \d+)?: (.*)$`).FindStringSubmatch(plain)
+	if m == nil {
+		t.Fatalf("mariadb --ssl=0: %q", plain)
+	}
+	code, _ := strconv.Atoi(m[1])
+	if tls, want := run(), fmt.Sprintf("cannot be verified: %d - fenceproxy: ", code); !strings.Contains(tls, want) {
+		t.Errorf("mariadb with its default TLS check: %q, want it to show %q", tls, want)
+	}
+	return uint16(code), m[2]
 }
 
 // TestBackendDiesMidResult: the backend connection breaks in the middle of
@@ -595,4 +637,70 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the idle client's backend connection to end", func() bool { return !processExists(t, root, idle.connID) })
 	stillWorks(t, busy)
+}
+
+// TestMalformedHandshakeResponse: a handshake response with a wrong
+// sequence number, or truncated fields, gets at once the ERR the server
+// itself sends (same code, same sequence number), then the connection
+// closes; never a login, never a wait for the handshake timeout.
+func TestMalformedHandshakeResponse(t *testing.T) {
+	s := dbtest.Shared(t)
+	tp := startProxy(t, s.Addr, "timeouts:\n  handshake: 60s\n")
+	// A protocol 4.1 response with plugin auth for the app user, empty
+	// auth data: well formed but for what a case changes.
+	caps := uint32(0x200 | 0x8000 | 0x80000 | 0x1 | 0x4)
+	body := binary.LittleEndian.AppendUint32(nil, caps)
+	body = binary.LittleEndian.AppendUint32(body, 1<<24)
+	body = append(body, 45)
+	body = append(body, make([]byte, 23)...)
+	body = append(body, dbserver.AppUser...)
+	body = append(body, 0, 0)
+	body = append(body, "mysql_native_password\x00"...)
+	for _, tc := range []struct {
+		name string
+		seq  byte
+		body []byte
+	}{
+		{"sequence 5", 5, body},
+		{"sequence 0", 0, body},
+		{"truncated", 1, body[:10]},
+		{"user without terminator", 1, body[:32+len(dbserver.AppUser)]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want wirePacket
+			for _, target := range []string{s.Addr, tp.Addr} {
+				nc, err := net.Dial("tcp", target)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := &wireConn{nc: nc, r: newReader(nc), opts: wireOptions{Timeout: 10 * time.Second}}
+				w.deadline()
+				if _, err := w.readPacket(); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.writePacket(tc.seq, tc.body); err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				p, err := w.readPacket()
+				if err != nil || len(p.Payload) == 0 || p.Payload[0] != 0xff {
+					t.Fatalf("%s: want an ERR packet, got %v %v", target, p, err)
+				}
+				if r, err := w.readClosed(); err != nil || !r.Closed {
+					t.Fatalf("%s: not closed after the ERR: %v %v", target, r, err)
+				}
+				if d := time.Since(start); d > 5*time.Second {
+					t.Errorf("%s: closed %v after the ERR", target, d)
+				}
+				nc.Close()
+				if target == s.Addr {
+					want = p
+					continue
+				}
+				if p.Seq != want.Seq || !bytes.Equal(p.Payload, want.Payload) {
+					t.Fatalf("through the proxy: seq %d %q, direct: seq %d %q", p.Seq, p.Payload, want.Seq, want.Payload)
+				}
+			}
+		})
+	}
 }

@@ -39,7 +39,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 
 	useBackendTLS := c.p.backendTLS != nil && hs.caps&mysql.CLIENT_SSL != 0
 	if c.p.backendTLS != nil && !useBackendTLS && c.p.backendMode != policy.TLSPreferred {
-		c.sendInitialError(crSSLConnection, "HY000", "fenceproxy: backend.tls is "+c.p.backendMode+" but the backend does not offer TLS")
+		c.sendInitialError("fenceproxy: backend.tls is "+c.p.backendMode+" but the backend does not offer TLS")
 		return errors.New("backend does not offer TLS")
 	}
 
@@ -52,6 +52,9 @@ func (c *clientConn) handshake(rt *runtime) error {
 	}
 	resp, cseq, err := c.client.readPacket(nil, 1<<20)
 	if err != nil {
+		return err
+	}
+	if err := c.checkHandshakeSeq(cseq, 1); err != nil {
 		return err
 	}
 	ch, err := parseClientHandshake(resp)
@@ -75,6 +78,9 @@ func (c *clientConn) handshake(rt *runtime) error {
 		}
 		c.clientTLS = true
 		if resp, cseq, err = c.client.readPacket(nil, 1<<20); err != nil {
+			return err
+		}
+		if err := c.checkHandshakeSeq(cseq, 2); err != nil {
 			return err
 		}
 		if ch, err = parseClientHandshake(resp); err != nil || len(resp) == sslRequestLen {
@@ -151,7 +157,7 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 	nc, err := d.DialContext(ctx, "tcp", c.p.backendAddr)
 	if err != nil {
 		c.p.metrics.BackendDialFailures.Inc()
-		c.sendInitialError(crConnHostError, "HY000", fmt.Sprintf("fenceproxy: cannot connect to the backend %s: %v", c.p.backendAddr, err))
+		c.sendInitialError(fmt.Sprintf("fenceproxy: cannot connect to the backend %s: %v", c.p.backendAddr, err))
 		return nil, fmt.Errorf("backend dial: %w", err)
 	}
 	c.backend = newPacketConn(backendSide, nc)
@@ -159,7 +165,7 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 	p, _, err := c.backend.readPacket(nil, 1<<16)
 	if err != nil {
 		c.p.metrics.BackendDialFailures.Inc()
-		c.sendInitialError(crServerLost, "HY000", fmt.Sprintf("fenceproxy: the backend %s sent no handshake: %v", c.p.backendAddr, err))
+		c.sendInitialError(fmt.Sprintf("fenceproxy: the backend %s sent no handshake: %v", c.p.backendAddr, err))
 		return nil, fmt.Errorf("backend handshake: %w", err)
 	}
 	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
@@ -173,16 +179,28 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 	hs, err := parseServerHandshake(p)
 	if err != nil {
 		c.p.metrics.BackendDialFailures.Inc()
-		c.sendInitialError(crServerLost, "HY000", "fenceproxy: the backend's handshake is not MySQL protocol 10")
+		c.sendInitialError("fenceproxy: the backend's handshake is not MySQL protocol 10")
 		return nil, c.backend.fail(err)
 	}
 	return hs, nil
 }
 
+// checkHandshakeSeq answers a handshake response whose sequence number is
+// not the one that must follow the greeting as the server does: ERR 1156
+// with the sequence number it expected, and the end of the connection (the
+// proxy would otherwise renumber it and log the client in).
+func (c *clientConn) checkHandshakeSeq(got, want byte) error {
+	if got == want {
+		return nil
+	}
+	c.writeAuthError(want, erNetPacketsOutOfOrder, "08S01", "Got packets out of order")
+	return c.client.fail(malformed("handshake response with sequence number %d, want %d", got, want))
+}
+
 // sendInitialError answers a client that has not seen a handshake yet.
-func (c *clientConn) sendInitialError(code uint16, state, msg string) {
+func (c *clientConn) sendInitialError(msg string) {
 	c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	c.client.writePacket(0, errPayload(code, state, msg))
+	c.client.writePacket(0, initialErrPayload(erBackendUnavailable, msg))
 	c.client.flush()
 }
 

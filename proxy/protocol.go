@@ -124,7 +124,24 @@ const (
 	erUnknownComError      = 1047 // ER_UNKNOWN_COM_ERROR
 	erServerShutdown       = 1053 // ER_SERVER_SHUTDOWN
 	erNetReadInterrupt     = 1159 // ER_NET_READ_INTERRUPTED
+
+	// erBackendUnavailable answers a client, in place of the greeting,
+	// when the proxy cannot reach the backend or the backend's greeting is
+	// unusable. Not 2003 (CR_CONN_HOST_ERROR) or any 2xxx code: those are
+	// the client library's own, and libmariadb reports a server that sends
+	// one as "Received malformed packet" (2027). 9001 is what ProxySQL
+	// sends in the same case.
+	erBackendUnavailable = 9001
 )
+
+// initialErrPayload builds an ERR packet sent instead of the greeting, in
+// the form a server uses there: no protocol 4.1 SQLSTATE marker, since no
+// capabilities were agreed yet (what a server at max_connections sends).
+func initialErrPayload(code uint16, msg string) []byte {
+	b := make([]byte, 0, 3+len(msg))
+	b = append(b, mysql.ERR_HEADER, byte(code), byte(code>>8))
+	return append(b, msg...)
+}
 
 // errPayload builds an ERR packet payload (protocol 4.1 form).
 func errPayload(code uint16, state, msg string) []byte {

@@ -224,7 +224,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 		// A server at max_connections answers with this ERR instead of a
 		// handshake; clients know it.
 		c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		c.client.writePacket(0, errPayload(erConCount, "08004", "Too many connections"))
+		c.client.writePacket(0, initialErrPayload(erConCount, "Too many connections"))
 		c.client.flush()
 		nc.Close()
 		return
