@@ -24,12 +24,27 @@ func (e *backendError) Error() string {
 // result (text protocol). Nothing of it reaches the client; the session's
 // status flags are updated from the final packet.
 func (c *clientConn) backendQuery(sql string) ([][]value, error) {
-	if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, []byte(sql)); err != nil {
+	if err := c.queueOwn(sql); err != nil {
 		return nil, err
 	}
 	if err := c.backend.flush(); err != nil {
 		return nil, err
 	}
+	return c.readOwn()
+}
+
+// queueOwn writes a COM_QUERY of the proxy's own to the backend without
+// flushing: several can be sent in one write and their responses read in
+// order with readOwn (the server reads the next command only after it
+// answered the last one).
+func (c *clientConn) queueOwn(sql string) error {
+	_, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, []byte(sql))
+	return err
+}
+
+// readOwn reads the response to a statement of the proxy's own: the rows of
+// its first result set (nil for an OK), or a *backendError for an ERR.
+func (c *clientConn) readOwn() ([][]value, error) {
 	var rows [][]value
 	var firstErr error
 	for {
@@ -50,6 +65,7 @@ func (c *clientConn) backendQuery(sql string) ([][]value, error) {
 			c.noteStatus(ok.status)
 			more = ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0
 		case mysql.ERR_HEADER:
+			c.statusStale = true
 			if firstErr == nil {
 				firstErr = &backendError{parseErr(p)}
 			}
@@ -95,6 +111,7 @@ func (c *clientConn) backendExec(sql string) (uint64, error) {
 		}
 		return ok.affectedRows, nil
 	case len(p) > 0 && p[0] == mysql.ERR_HEADER:
+		c.statusStale = true
 		return 0, &backendError{parseErr(p)}
 	}
 	return 0, c.backend.fail(malformed("statement returned rows"))
@@ -126,6 +143,7 @@ func (c *clientConn) readRows(cols int) (uint16, [][]value, error) {
 			return st, rows, nil
 		}
 		if len(p) > 0 && p[0] == mysql.ERR_HEADER {
+			c.statusStale = true
 			return 0, rows, &backendError{parseErr(p)}
 		}
 		row := make([]value, 0, cols)

@@ -44,6 +44,16 @@ type clientConn struct {
 	// charsetUnknown: sess.UnsafeCharset was not yet confirmed by the
 	// server; a refused statement makes the proxy ask (learnCharset).
 	charsetUnknown bool
+	// statusStale: an ERR came after the last status flags seen. An ERR
+	// carries none, and some errors end the transaction (a deadlock rolls
+	// it back), so status may say "in a transaction" wrongly; a guarded
+	// write asks the server again before it relies on it.
+	statusStale bool
+	// tablesLocked: the session holds LOCK TABLES. START TRANSACTION would
+	// unlock them, so a guarded write in autocommit mode then runs its
+	// guard without one (the table lock on the lease table, which the
+	// proxy adds to the client's LOCK TABLES, keeps guard and write atomic).
+	tablesLocked bool
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
 	nextStmtID uint32                   // next id for a statement the proxy answers itself
@@ -58,6 +68,8 @@ type clientConn struct {
 	forceMore   bool // mark the end of this response "more results follow" (see runOneByOne)
 	held        []byte
 	heldSeq     byte
+	heldEOF     bool   // held is an EOF packet (ends a result set, without CLIENT_DEPRECATE_EOF), not an OK
+	holdEnd     bool   // hold the response's final OK or result set terminator in held (see guardedWrite)
 	buf         []byte // scratch for commands too large to peek in place
 
 	// between commands: see waitCommand and wake
@@ -208,6 +220,7 @@ func (c *clientConn) inTransaction() bool { return c.status&mysql.SERVER_STATUS_
 // noteStatus records server status flags from an OK or EOF packet.
 func (c *clientConn) noteStatus(st uint16) {
 	c.status = st
+	c.statusStale = false
 	if st&mysql.SERVER_STATUS_NO_BACKSLASH_ESCAPED != 0 {
 		c.sess.NoBackslashEscapes = rewrite.On
 	} else {

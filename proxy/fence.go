@@ -71,13 +71,10 @@ func (t *tracker) okPacket(idx int, payload []byte, ok okPacket, final bool) ([]
 	if st == nil {
 		return t.patchMore(payload, ok, final), false
 	}
-	if f := t.fenceOf(st); f != nil && t.enforcing() && ok.affectedRows == 0 && final && t.single &&
+	if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && ok.affectedRows == 0 && final && t.single &&
 		t.rt.policy.OnStale == onStaleError {
 		t.held = &pendingCheck{fence: f, pos: t.pos}
 		return nil, true
-	}
-	if st.StripInfo {
-		return stripInfo(payload, ok, t.c.caps, t.c.forceMore && final), false
 	}
 	return t.patchMore(payload, ok, final), false
 }
@@ -101,7 +98,8 @@ func (t *tracker) result(idx int, r result) {
 	if !r.isErr {
 		t.applyEffect(st)
 		// In shadow mode the lease was checked before the statement went out.
-		if f := t.fenceOf(st); f != nil && t.enforcing() && !r.isSet && r.ok.affectedRows == 0 &&
+		// A guarded write's lease was checked before it went out.
+		if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && !r.isSet && r.ok.affectedRows == 0 &&
 			!(t.held != nil && t.held.fence == f) {
 			t.checks = append(t.checks, pendingCheck{fence: f, pos: t.pos})
 		}
@@ -226,6 +224,7 @@ func (c *clientConn) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
 // into c.held instead of relaying it.
 func (c *clientConn) holdBackendPacket(n int) {
 	pkt, _ := c.backend.r.Peek(headerLen + n)
+	c.heldEOF = false
 	c.heldSeq = pkt[3]
 	c.held = append(c.held[:0], pkt[headerLen:]...)
 	c.takeBackendPacket(n)
@@ -242,29 +241,6 @@ func (c *clientConn) writeHeld() error {
 	c.respStarted = true
 	_, err := c.client.writePacket(c.heldSeq+c.seqDelta, p)
 	return err
-}
-
-// stripInfo returns the OK packet without its info string: the fence turned
-// a single-row INSERT ... VALUES into INSERT ... SELECT, whose OK says
-// "Records: 1 ..." where the original's said nothing.
-func stripInfo(p []byte, ok okPacket, caps uint32, more bool) []byte {
-	out := append([]byte(nil), p[:ok.infoOff]...)
-	if more {
-		binary.LittleEndian.PutUint16(out[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
-	}
-	if caps&mysql.CLIENT_SESSION_TRACK == 0 {
-		return out
-	}
-	rest := p[ok.infoOff:]
-	if len(rest) == 0 {
-		return out
-	}
-	n, k, _ := lenEnc(rest)
-	if k == 0 || uint64(len(rest)-k) < n {
-		return append([]byte(nil), p...)
-	}
-	out = append(out, 0) // empty info
-	return append(out, rest[k+int(n):]...)
 }
 
 // verdict is what the lease check found.
@@ -450,9 +426,10 @@ var leaseLabels = struct {
 }{seen: map[string]struct{}{}}
 
 // runOneByOne runs a multi-statement packet holding a protected write one
-// statement at a time, so that under on_stale: error a rejected write ends
-// the packet with its ERR exactly where the server would have stopped after
-// an error, and later statements never run.
+// statement at a time: each guarded write needs its guard just before it,
+// and under on_stale: error a rejected write ends the packet with its ERR
+// exactly where the server would have stopped after an error, so later
+// statements never run.
 func (c *clientConn) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
 	next := c.cmdSeq + 1 // the client's next expected sequence number
 	defer func() { c.forceMore = false }()
@@ -460,16 +437,26 @@ func (c *clientConn) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) 
 		st := stmts[i]
 		last := i == len(stmts)-1
 		c.forceMore = !last
-		if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, sql[st.Span[0]:st.Span[1]]); err != nil {
-			return err
-		}
-		if err := c.backend.flush(); err != nil {
-			return err
-		}
 		c.seqDelta = next - 1
+		text := sql[st.Span[0]:st.Span[1]]
+		send := func() error {
+			if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, text); err != nil {
+				return err
+			}
+			return c.backend.flush()
+		}
 		t := newTracker(c, rt, stmts[i:i+1], true)
-		if err := c.relayResults(t); err != nil {
-			return err
+		if f := c.guardOf(&st); f != nil && t.enforcing() {
+			if err := c.guardedWrite(rt, f, t, send, func() error { return nil }); err != nil {
+				return err
+			}
+		} else {
+			if err := send(); err != nil {
+				return err
+			}
+			if err := c.relayResults(t); err != nil {
+				return err
+			}
 		}
 		if err := t.finish(); err != nil {
 			return err

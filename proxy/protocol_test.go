@@ -158,25 +158,6 @@ func TestClientHandshake(t *testing.T) {
 	}
 }
 
-func TestStripInfo(t *testing.T) {
-	info := []byte("Records: 1  Duplicates: 0  Warnings: 0")
-	plain := okPayload(1, 5, mysql.SERVER_STATUS_AUTOCOMMIT, 0, info)
-	ok, _ := parseOK(plain)
-	if got := stripInfo(plain, ok, 0, false); !bytes.Equal(got, plain[:ok.infoOff]) {
-		t.Errorf("without session tracking: %q", got)
-	}
-	state := appendLenEncString(nil, "\x01\x05\x04app")
-	tracked := okPayload(1, 5, mysql.SERVER_STATUS_AUTOCOMMIT|mysql.SERVER_SESSION_STATE_CHANGED, 0,
-		append(appendLenEncString(nil, string(info)), state...))
-	ok, _ = parseOK(tracked)
-	got := stripInfo(tracked, ok, mysql.CLIENT_SESSION_TRACK, true)
-	want := append(append(append([]byte(nil), tracked[:ok.infoOff]...), 0), state...)
-	binary.LittleEndian.PutUint16(want[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
-	if !bytes.Equal(got, want) {
-		t.Errorf("with session tracking:\n got %x\nwant %x", got, want)
-	}
-}
-
 func TestXORScrambleRoundTrip(t *testing.T) {
 	scramble := []byte("abcdefghijklmnopqrst")
 	x := xorScramble([]byte("secret"), scramble)

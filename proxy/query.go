@@ -104,8 +104,14 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	case rewrite.Send:
 		c.p.metrics.stmtFenced.Inc()
 		c.consumeCommand(payload, inPlace)
-		if rt.policy.OnStale == onStaleError && len(d.Stmts) > 1 && hasWrite(d.Stmts) {
+		if len(d.Stmts) > 1 && (rt.policy.OnStale == onStaleError && hasWrite(d.Stmts) || c.hasGuarded(d.Stmts)) {
 			return c.runOneByOne(rt, d.SQL, d.Stmts)
+		}
+		if len(d.Stmts) == 1 {
+			if f := c.guardOf(&d.Stmts[0]); f != nil {
+				sql := d.SQL
+				return c.guarded(rt, f, d.Stmts, func() error { return c.sendRewritten(mysql.COM_QUERY, sql) }, nil)
+			}
 		}
 		if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
 			return err
@@ -120,6 +126,15 @@ func (c *clientConn) comQuery(rt *runtime) error {
 			if err := c.shadowCheck(rt, d.Stmts); err != nil {
 				return err
 			}
+		} else if len(d.Stmts) > 1 && c.hasGuarded(d.Stmts) {
+			sql := append([]byte(nil), payload[1:]...)
+			c.consumeCommand(payload, inPlace)
+			return c.runOneByOne(rt, sql, d.Stmts)
+		} else if len(d.Stmts) == 1 {
+			if f := c.guardOf(&d.Stmts[0]); f != nil {
+				return c.guarded(rt, f, d.Stmts, func() error { return c.sendOriginal(payload, inPlace) },
+					func() error { c.consumeCommand(payload, inPlace); return nil })
+			}
 		}
 		if err := c.sendOriginal(payload, inPlace); err != nil {
 			return err
@@ -127,6 +142,19 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	}
 	t := newTracker(c, rt, d.Stmts, len(d.Stmts) == 1)
 	if err := c.relayResults(t); err != nil {
+		return err
+	}
+	return t.finish()
+}
+
+// guarded runs a packet of one guarded write (see guardedWrite). drop nil:
+// the client's command was consumed already.
+func (c *clientConn) guarded(rt *runtime, f *rewrite.Fence, stmts []rewrite.Stmt, send, drop func() error) error {
+	if drop == nil {
+		drop = func() error { return nil }
+	}
+	t := newTracker(c, rt, stmts, true)
+	if err := c.guardedWrite(rt, f, t, send, drop); err != nil {
 		return err
 	}
 	return t.finish()
@@ -170,7 +198,10 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	if c.prepared == nil {
 		c.prepared = map[uint32]*preparedStmt{}
 	}
-	ps := &preparedStmt{gen: rt.gen, fenced: d.Action == rewrite.Send, text: string(payload[1:])}
+	// A guarded write is prepared as it was written; every execution is
+	// guarded.
+	ps := &preparedStmt{gen: rt.gen, fenced: d.Action == rewrite.Send || len(d.Stmts) == 1 && c.guardOf(&d.Stmts[0]) != nil,
+		text: string(payload[1:])}
 	if len(d.Stmts) == 1 {
 		ps.stmt = d.Stmts[0]
 	}
@@ -262,6 +293,12 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 			return err
 		}
 	}
+	if f := c.guardOf(&ps.stmt); f != nil && rt.policy.Mode != modeShadow {
+		return c.guarded(rt, f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
+			_, err := c.client.skipPacket()
+			return err
+		})
+	}
 	if err := c.forwardCommand(); err != nil {
 		return err
 	}
@@ -292,12 +329,7 @@ func (c *clientConn) shadow(rt *runtime, d rewrite.Decision, sql []byte) rewrite
 		c.auditRefusal(rt, d.Refusal, string(sql), "shadow")
 		return rewrite.Decision{Action: rewrite.Forward}
 	}
-	stmts := make([]rewrite.Stmt, len(d.Stmts))
-	for i, st := range d.Stmts {
-		st.StripInfo = false // the original statement's OK is the server's own
-		stmts[i] = st
-	}
-	return rewrite.Decision{Action: rewrite.Forward, Stmts: stmts}
+	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts}
 }
 
 // learnSQLMode asks the session for its sql_mode, for a statement that reads

@@ -110,7 +110,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			if hook != nil {
 				replace, hold := hook.okPacket(idx, payload, ok, !more)
 				switch {
-				case hold && !more:
+				case (hold || c.holdEnd) && !more:
 					c.holdBackendPacket(n)
 				case replace != nil:
 					_, seq, _ := c.backend.peekHeader()
@@ -136,6 +136,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 				hook.result(idx, result{isErr: true, err: parseErr(payload)})
 			}
 			c.lastWasErr = true
+			c.statusStale = true
 			_, err := c.relayPacket()
 			return err
 		case mysql.LocalInFile_HEADER:
@@ -227,6 +228,11 @@ func (c *clientConn) relayRows() (uint16, error) {
 					return 0, c.backend.fail(malformed("result set terminator"))
 				}
 				c.noteStatus(st)
+				if c.holdEnd && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+					c.holdBackendPacket(n)
+					c.heldEOF = !c.deprecateEOF
+					return st, nil
+				}
 				if c.forceMore && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
 					return st, c.relayWithMore(full, n)
 				}
@@ -234,6 +240,7 @@ func (c *clientConn) relayRows() (uint16, error) {
 				return st, err
 			case mysql.ERR_HEADER:
 				c.lastWasErr = true
+				c.statusStale = true
 				_, err := c.relayPacket()
 				return 0, err
 			}

@@ -148,12 +148,6 @@ type Stmt struct {
 	// effects); nil when it matters to nobody. EXECUTE of that name has
 	// this effect.
 	Prepared *Stmt
-
-	// StripInfo: the fence turned a single-row INSERT/REPLACE ... VALUES or
-	// SET into INSERT ... SELECT; the server's OK then carries an info string
-	// ("Records: 1  Duplicates: 0  Warnings: 0") that the original would not
-	// have had, and the proxy removes it.
-	StripInfo bool
 }
 
 // Fence describes a protected write: which tables, under which leases.
@@ -162,6 +156,17 @@ type Fence struct {
 	// Digest is the statement with every literal replaced by '?', for audit
 	// records: never the literals themselves.
 	Digest string
+
+	// Guard: the statement is sent exactly as the client wrote it (INSERT,
+	// REPLACE), and the proxy checks the lease first with a guard
+	// statement on the same connection, in the same transaction, that
+	// locks the lease row until the write commits. Otherwise the fence is
+	// in the statement's own text.
+	Guard bool
+
+	// Rows: the write answers with a result set, not an OK (MariaDB's
+	// RETURNING, ANALYZE).
+	Rows bool
 }
 
 // Target is one protected table a statement writes.

@@ -234,14 +234,14 @@ func sameDecision(a, b Decision) bool {
 func sameStmt(x, y *Stmt) bool {
 	if x.Kind != y.Kind || x.Span != y.Span || x.Schema != y.Schema || x.ANSIQuotes != y.ANSIQuotes ||
 		x.NoBackslashEscapes != y.NoBackslashEscapes || x.UnsafeCharset != y.UnsafeCharset ||
-		x.SetsCharset != y.SetsCharset || x.Name != y.Name || x.StripInfo != y.StripInfo {
+		x.SetsCharset != y.SetsCharset || x.Name != y.Name {
 		return false
 	}
 	if (x.Fence == nil) != (y.Fence == nil) || (x.Prepared == nil) != (y.Prepared == nil) {
 		return false
 	}
 	if x.Fence != nil {
-		if len(x.Fence.Targets) != len(y.Fence.Targets) {
+		if len(x.Fence.Targets) != len(y.Fence.Targets) || x.Fence.Guard != y.Fence.Guard || x.Fence.Rows != y.Fence.Rows {
 			return false
 		}
 		for i := range x.Fence.Targets {

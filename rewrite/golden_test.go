@@ -207,9 +207,12 @@ func renderStmt(s *Stmt, span bool) string {
 			}
 		}
 		b.WriteString(" digest=" + strconv.Quote(s.Fence.Digest))
-	}
-	if s.StripInfo {
-		b.WriteString(" strip_info")
+		if s.Fence.Guard {
+			b.WriteString(" guard")
+		}
+		if s.Fence.Rows {
+			b.WriteString(" rows")
+		}
 	}
 	if s.Prepared != nil {
 		b.WriteString(" prepared=(" + renderStmt(s.Prepared, false) + ")")
@@ -345,6 +348,14 @@ func writeGolden(t *testing.T, path, preamble string, cases []*goldenCase) {
 // fence; spans cover the sent text.
 func checkInvariants(t *testing.T, e *Engine, c *goldenCase, d Decision) {
 	t.Helper()
+	if d.Action == Forward {
+		// Sent verbatim: only guarded writes may be among its statements.
+		for _, s := range d.Stmts {
+			if s.Kind == Write && !s.Fence.Guard {
+				t.Errorf("case %q: an unguarded write is forwarded", c.name)
+			}
+		}
+	}
 	if d.Action != Send {
 		return
 	}
@@ -356,7 +367,7 @@ func checkInvariants(t *testing.T, e *Engine, c *goldenCase, d Decision) {
 		if s.Span[0] < 0 || s.Span[1] > len(d.SQL) || s.Span[0] > s.Span[1] {
 			t.Errorf("case %q: span %v outside the sent text (%d bytes)", c.name, s.Span, len(d.SQL))
 		}
-		if s.Kind == Write && !strings.Contains(string(d.SQL[s.Span[0]:s.Span[1]]), "fence_l.fence_token = @") {
+		if s.Kind == Write && !s.Fence.Guard && !strings.Contains(string(d.SQL[s.Span[0]:s.Span[1]]), "fence_l.fence_token = @") {
 			t.Errorf("case %q: a write's span %v lacks the fence", c.name, s.Span)
 		}
 	}

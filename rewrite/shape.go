@@ -86,10 +86,6 @@ import (
 //     statements are not value-blind. Where the literal does become a
 //     plain value (the Literal rule), the grammar checks only the
 //     introducer's name, which is part of the key.
-//   - multi-row VALUES: checkRowTypes compares the value classes of the
-//     rows (exact, approximate, string with its character set, binary).
-//     The class follows from the form (integer and decimal exact, float
-//     approximate, ...), which is in the key.
 //   - verify compares the restored original with the restored fenced
 //     statement: a literal restores the same on both sides, whatever its
 //     value.
@@ -451,7 +447,7 @@ func kindFits(form, kind byte) bool {
 // adjacent strings) has no value at its offset, and the statement is not
 // value-blind. The grammar itself is deterministic in the token types,
 // which the literal forms fix; the plain values are the only place where
-// the values go, and verify and checkRowTypes see of them only the kind.
+// the values go, and verify sees of them only the kind.
 func (in *stmtIn) literalsAreValues(n ast.Node) bool {
 	if in.pc.trace == nil {
 		return false

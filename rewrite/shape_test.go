@@ -433,8 +433,6 @@ func TestShapeValueTraps(t *testing.T) {
 		{"escape length", "DELETE FROM invoices WHERE note LIKE 'a%' ESCAPE '!'", "DELETE FROM invoices WHERE note LIKE 'a%' ESCAPE 'ab'"},
 		{"digest keeps '*'", "UPDATE invoices SET note = 'x' WHERE id = 1", "UPDATE invoices SET note = '*' WHERE id = 1"},
 		{"digest keeps order by", "UPDATE invoices SET paid = 1 ORDER BY 1", "UPDATE invoices SET paid = 1 ORDER BY 2"},
-		{"float precision", "INSERT INTO invoices (c) VALUES (CAST(1 AS FLOAT(10))), (CAST(2 AS FLOAT(10)))",
-			"INSERT INTO invoices (c) VALUES (CAST(1 AS FLOAT(10))), (CAST(2 AS FLOAT(30)))"},
 		{"huge integer", "DELETE FROM invoices WHERE id = 5 LIMIT 1", "DELETE FROM invoices WHERE id = 5 LIMIT 18446744073709551616"},
 		{"huge decimal", "DELETE FROM invoices WHERE amount = 1.5", "DELETE FROM invoices WHERE amount = 1" + strings.Repeat("0", 90) + ".5"},
 		{"hex digits", "DELETE FROM invoices WHERE note = X'41'", "DELETE FROM invoices WHERE note = X'414'"},

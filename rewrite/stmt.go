@@ -151,9 +151,8 @@ func (in *stmtIn) decide() stmtRes {
 // may touch a protected table or the session.
 func (in *stmtIn) unparsed() stmtRes {
 	if t := in.mentions(); t != "" && !in.readOnlyHead() {
-		if in.rowAlias() {
-			return in.refuse(t, "fenceproxy cannot fence INSERT ... VALUES ... AS alias (a row alias); "+
-				"write ON DUPLICATE KEY UPDATE c = VALUES(c) instead of the alias")
+		if a := in.rowAliasAt(); a >= 0 {
+			return in.rowAliasInsert(t, a)
 		}
 		if in.returning() {
 			return in.refuse(t, "fenceproxy cannot fence statements with RETURNING yet; "+
@@ -189,11 +188,11 @@ func (in *stmtIn) hasInvalidUTF8Name() bool {
 	return false
 }
 
-// rowAlias: INSERT/REPLACE ... VALUES|SET ... AS alias (MySQL 8.0.19+),
-// which the parser does not read.
-func (in *stmtIn) rowAlias() bool {
+// rowAliasAt: INSERT/REPLACE ... VALUES|SET ... AS alias (MySQL 8.0.19+),
+// which the parser does not read; the index of its AS, or -1.
+func (in *stmtIn) rowAliasAt() int {
 	if !in.kw(0, "insert") && !in.kw(0, "replace") {
-		return false
+		return -1
 	}
 	d := in.depths()
 	values := false
@@ -205,10 +204,59 @@ func (in *stmtIn) rowAlias() bool {
 			values = true
 		}
 		if values && in.kw(i, "as") {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
+}
+
+// rowAliasInsert decides on an INSERT with a row alias (AS at token a):
+// the statement goes out verbatim after a guard, so the proxy needs only
+// its target, which the statement without `AS name [(col, ...)]` names as
+// well. Only names, commas and one pair of parentheses are left out.
+func (in *stmtIn) rowAliasInsert(table string, a int) stmtRes {
+	refuse := func() stmtRes {
+		return in.refuse(table, "fenceproxy cannot read this INSERT ... AS alias (a row alias); "+
+			"write it as AS name [(col, ...)] right after the VALUES rows or the SET list")
+	}
+	isName := func(j int) bool {
+		return j < len(in.toks) && (in.toks[j].kind == tkWord || in.toks[j].kind == tkQuotedIdent)
+	}
+	end := a + 1
+	if !isName(end) {
+		return refuse()
+	}
+	end++
+	if in.op(end, "(") {
+		c := in.closeParen(end)
+		if c < 0 {
+			return refuse()
+		}
+		for j := end + 1; j < c; j++ {
+			if !(isName(j) && (j-end)%2 == 1 || in.op(j, ",") && (j-end)%2 == 0) {
+				return refuse()
+			}
+		}
+		end = c + 1
+	}
+	if end < len(in.toks) && !(in.kw(end, "on") && in.kw(end+1, "duplicate")) {
+		return refuse()
+	}
+	from := in.toks[a].start - in.start
+	to := len(in.norm[in.start:in.end])
+	if end < len(in.toks) {
+		to = in.toks[end].start - in.start
+	}
+	norm := in.normText()
+	n, err := parseOne(norm[:from]+" "+norm[to:], in.st.mode)
+	if err != nil {
+		return refuse()
+	}
+	x, ok := n.(*ast.InsertStmt)
+	if !ok {
+		return refuse()
+	}
+	return in.writeStmt(x, nil)
 }
 
 // returning: MariaDB's DELETE / INSERT / REPLACE ... RETURNING.
@@ -248,10 +296,7 @@ func (in *stmtIn) withReturning() (stmtRes, bool) {
 	switch x := n.(type) {
 	case *ast.DeleteStmt, *ast.InsertStmt:
 		res := head.writeStmt(x, nil)
-		if res.stmt.Kind == Write {
-			// The server answers with a result set, not an OK.
-			res.stmt.StripInfo = false
-		}
+		markRows(&res)
 		return res, true
 	}
 	return stmtRes{}, false
@@ -292,8 +337,18 @@ func (in *stmtIn) mariaAnalyze() (stmtRes, bool) {
 	switch x := n.(type) {
 	case *ast.UpdateStmt, *ast.DeleteStmt, *ast.InsertStmt:
 		res := inner.writeStmt(x, nil)
-		res.stmt.StripInfo = false // the answer is a result set
+		markRows(&res)
 		return res, true
 	}
 	return stmtRes{}, false
+}
+
+// markRows records that a write answers with a result set (RETURNING,
+// ANALYZE): the proxy cannot make up an empty one for a rejected write.
+func markRows(res *stmtRes) {
+	if res.stmt.Kind == Write && res.stmt.Fence != nil {
+		f := *res.stmt.Fence
+		f.Rows = true
+		res.stmt.Fence = &f
+	}
 }

@@ -1,6 +1,8 @@
 package rewrite
 
 import (
+	"strings"
+
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
@@ -43,27 +45,37 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement has non-ASCII bytes outside quotes; "+
 			"fenceproxy fences only statements whose unquoted names are ASCII (quote such names with backquotes)")
 	}
-	keys := e.fenceKeys(targets)
-	fence := e.fenceSQL(keys, in.st.mode.server.Flavor)
-
+	fc := &Fence{Targets: targets, Digest: parser.Normalize(in.normText(), "ON")}
 	var edits []edit
-	var why string
-	var strip bool
-	switch x := n.(type) {
-	case *ast.UpdateStmt:
-		edits, why = in.spliceUpdateDelete(x.Where != nil, x.Order != nil, x.Limit != nil, true, fence)
-	case *ast.DeleteStmt:
-		edits, why = in.spliceUpdateDelete(x.Where != nil, x.Order != nil, x.Limit != nil, false, fence)
-	case *ast.InsertStmt:
-		edits, strip, why = in.spliceInsert(x, fence, keys)
+	if _, ok := n.(*ast.InsertStmt); ok {
+		if name := in.readsGuardState(); name != "" {
+			return in.refuse(targets[0].Schema+"."+targets[0].Table, "fenceproxy checks the lease of an INSERT or "+
+				"REPLACE with a statement of its own just before it, so "+name+" inside it would describe that check; "+
+				"read it in a statement before the write (SELECT "+name+" INTO @v) and use @v")
+		}
+		// An INSERT or REPLACE goes out exactly as written, after a guard
+		// statement that checks the lease in the same transaction (see
+		// Fence.Guard): no fence placed in its text can leave every server
+		// rule of the statement as it was.
+		fc.Guard = true
+	} else {
+		keys := e.fenceKeys(targets)
+		fence := e.fenceSQL(keys, in.st.mode.server.Flavor)
+		var why string
+		switch x := n.(type) {
+		case *ast.UpdateStmt:
+			edits, why = in.spliceUpdateDelete(x.Where != nil, x.Order != nil, x.Limit != nil, true, fence)
+		case *ast.DeleteStmt:
+			edits, why = in.spliceUpdateDelete(x.Where != nil, x.Order != nil, x.Limit != nil, false, fence)
+		}
+		if why != "" {
+			return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
+		}
+		if why := in.verify(n, explain != nil, edits, targets); why != "" {
+			return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
+		}
 	}
-	if why != "" {
-		return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
-	}
-	if why := in.verify(n, explain != nil, edits, targets); why != "" {
-		return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
-	}
-	st := Stmt{Kind: Write, Fence: &Fence{Targets: targets, Digest: parser.Normalize(in.normText(), "ON")}, StripInfo: strip}
+	st := Stmt{Kind: Write, Fence: fc}
 	if explainOnly {
 		st = Stmt{Kind: Other}
 	}
@@ -217,4 +229,24 @@ func (in *stmtIn) balanced() bool {
 		}
 	}
 	return depth == 0
+}
+
+// readsGuardState returns the first session value a guarded write could
+// read that the guard statement before it changes (ROW_COUNT(),
+// FOUND_ROWS(), @@warning_count, @@error_count), or "".
+func (in *stmtIn) readsGuardState() string {
+	for i, t := range in.toks {
+		switch t.kind {
+		case tkWord:
+			if (in.kw(i, "row_count") || in.kw(i, "found_rows")) && in.op(i+1, "(") {
+				return upperASCII(string(in.text(i))) + "()"
+			}
+		case tkSysVar:
+			w := lowerASCII(string(in.text(i)))
+			if strings.HasSuffix(w, "warning_count") || strings.HasSuffix(w, "error_count") {
+				return string(in.text(i))
+			}
+		}
+	}
+	return ""
 }

@@ -1,0 +1,211 @@
+package lease
+
+import (
+	"strconv"
+	"strings"
+)
+
+// A guard is the statement the proxy runs on a writer's own connection, in
+// the writer's transaction, right before a write it sends exactly as the
+// client wrote it (INSERT and REPLACE: no fence placed inside their text
+// leaves every server rule of the statement as it was). The guard decides
+// whether the write may go out, and leaves the lease row locked until the
+// transaction ends, so that check and write are one atomic step: a takeover
+// waits for the writer's commit, or the guard sees the takeover's token.
+//
+// Its shape depends on the engine: a locking read where row locks order
+// the takeover after the write (InnoDB), a write to the lease row where
+// only a write is ordered (Galera certification). Guard says which, so the
+// caller only runs GuardSQL and hands what came back to Read.
+
+// Engine is the database engine family a guard is built for.
+type Engine uint8
+
+const (
+	// InnoDB: MariaDB and MySQL; the guard reads the lease row
+	// LOCK IN SHARE MODE (FOR SHARE is a syntax error on MariaDB, and
+	// FOR UPDATE would make two open transactions of one owner block each
+	// other).
+	InnoDB Engine = iota
+	// TiDB takes no lock on rows it only reads and ignores share locks: the
+	// guard reads FOR UPDATE, as a top-level point read (inside a subquery
+	// a user-variable lookup is folded at plan time and locks nothing).
+	TiDB
+)
+
+// GuardKind says how a guard's verdict is read.
+type GuardKind uint8
+
+const (
+	// GuardRow: the guard is a SELECT returning one row of GuardColumns, or
+	// none when the lease row does not exist (or the lease name is NULL).
+	GuardRow GuardKind = iota
+)
+
+// GuardColumns are the columns of a GuardRow guard's row, in order:
+// the fence variables' presence, the three checks of the fence (1, 0 or
+// NULL, as the database compares them, the same comparisons as the
+// in-statement fence), the lease's current token, and what the session
+// presented, for audit records (the owner as a short hash only).
+var GuardColumns = []string{"vars_missing", "token_ok", "owner_ok", "live", "current_token",
+	"lease", "owner_hash", "presented_token"}
+
+// Vars are the names of the session's fence variables (without '@').
+type Vars struct{ Lease, Owner, Token string }
+
+// GuardSpec is what a guard checks: one lease table, and either a fixed
+// lease name or the session's lease variable.
+type GuardSpec struct {
+	Schema, Table string // the lease table
+	Lease         string // fixed lease name; "" = the session's lease variable
+	Vars          Vars
+}
+
+// Guard is a guard statement and how to read its verdict.
+type Guard struct {
+	SQL  string
+	Kind GuardKind
+	// VarsSQL reads the session's fence context when the guard found no
+	// lease row (one row: vars_missing, lease, owner_hash,
+	// presented_token), for the audit record of the rejection.
+	VarsSQL string
+}
+
+// GuardFor builds the guard for spec on engine e. The table and variable
+// names must have passed ValidateTable / the policy's validation; a fixed
+// lease name must pass ValidateName.
+func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
+	if err := ValidateTable(spec.Schema + "." + spec.Table); err != nil {
+		return Guard{}, err
+	}
+	lease := userVar(spec.Vars.Lease)
+	missing := userVar(spec.Vars.Owner) + " IS NULL OR " + userVar(spec.Vars.Token) + " IS NULL"
+	if spec.Lease != "" {
+		if err := ValidateName(spec.Lease); err != nil {
+			return Guard{}, err
+		}
+		lease = nameLit(spec.Lease)
+	} else {
+		missing += " OR " + lease + " IS NULL"
+	}
+	owner, token := userVar(spec.Vars.Owner), userVar(spec.Vars.Token)
+	presented := "CAST(" + lease + " AS CHAR), LEFT(SHA2(" + owner + ", 256), 16), CAST(" + token + " AS CHAR)"
+	lock := " LOCK IN SHARE MODE"
+	if e == TiDB {
+		lock = " FOR UPDATE"
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	b.WriteString(missing)
+	b.WriteString(", fence_l.fence_token = " + token)
+	b.WriteString(", fence_l.owner_token = " + owner)
+	b.WriteString(", fence_l.leased_until > SYSDATE(3), fence_l.fence_token, ")
+	b.WriteString(presented)
+	b.WriteString(" FROM `" + spec.Schema + "`.`" + spec.Table + "` AS fence_l WHERE fence_l.lease_name = ")
+	b.WriteString(lease)
+	b.WriteString(lock)
+	return Guard{
+		SQL:     b.String(),
+		Kind:    GuardRow,
+		VarsSQL: "SELECT " + missing + ", " + presented,
+	}, nil
+}
+
+// userVar writes @name, backquoted unless it is a plain name.
+func userVar(name string) string {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return "@`" + strings.ReplaceAll(name, "`", "``") + "`"
+		}
+	}
+	return "@" + name
+}
+
+// Field is one column value of a guard's row.
+type Field struct {
+	S    string
+	Null bool
+}
+
+// Reason is why a guard rejected a write; the values are the audit
+// record's reasons.
+type Reason string
+
+const (
+	Holds         Reason = ""
+	StaleToken    Reason = "stale_token"
+	Expired       Reason = "expired"
+	OwnerMismatch Reason = "owner_mismatch"
+	NoFence       Reason = "no_fence"
+	LeaseMissing  Reason = "lease_missing"
+)
+
+// GuardVerdict is what a guard found.
+type GuardVerdict struct {
+	Reason         Reason
+	Lease          string // "" when the session's lease variable is NULL
+	PresentedOwner string // short hash
+	PresentedToken *uint64
+	CurrentToken   *uint64
+	// NeedVars: no lease row was found; run VarsSQL and ReadVars for the
+	// rest of the verdict.
+	NeedVars bool
+}
+
+// Read turns a GuardRow guard's rows into its verdict.
+func (g Guard) Read(rows [][]Field) (GuardVerdict, bool) {
+	if len(rows) == 0 {
+		return GuardVerdict{Reason: LeaseMissing, NeedVars: true}, true
+	}
+	if len(rows) != 1 || len(rows[0]) != len(GuardColumns) {
+		return GuardVerdict{}, false
+	}
+	r := rows[0]
+	v := presentedOf(r[5], r[6], r[7])
+	if !r[4].Null {
+		if t, err := strconv.ParseUint(r[4].S, 10, 64); err == nil {
+			v.CurrentToken = &t
+		}
+	}
+	switch {
+	case r[0].S == "1":
+		v.Reason = NoFence
+	case r[1].S != "1":
+		v.Reason = StaleToken
+	case r[2].S != "1":
+		v.Reason = OwnerMismatch
+	case r[3].S != "1":
+		v.Reason = Expired
+	}
+	return v, true
+}
+
+// ReadVars completes the verdict of a guard that found no lease row from
+// the row of VarsSQL.
+func (g Guard) ReadVars(rows [][]Field) (GuardVerdict, bool) {
+	if len(rows) != 1 || len(rows[0]) != 4 {
+		return GuardVerdict{}, false
+	}
+	r := rows[0]
+	v := presentedOf(r[1], r[2], r[3])
+	v.Reason = LeaseMissing
+	if r[0].S == "1" {
+		v.Reason = NoFence
+	}
+	return v, true
+}
+
+func presentedOf(lease, owner, token Field) GuardVerdict {
+	var v GuardVerdict
+	if !lease.Null {
+		v.Lease = lease.S
+	}
+	v.PresentedOwner = owner.S
+	if !token.Null {
+		if t, err := strconv.ParseUint(token.S, 10, 64); err == nil {
+			v.PresentedToken = &t
+		}
+	}
+	return v
+}

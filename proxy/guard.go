@@ -1,0 +1,324 @@
+package proxy
+
+import (
+	"encoding/binary"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// Guarded writes (INSERT, REPLACE: Fence.Guard) go to the server exactly as
+// the client sent them, preceded on the same connection and in the same
+// transaction by a guard statement that reads the lease row with a lock
+// (lease.GuardFor). The lock lasts until the transaction ends, so a
+// takeover either waits for the write's commit or commits first and the
+// guard sees its token.
+//
+//   - In a transaction (or with autocommit off, where the guard starts one)
+//     the guard simply runs first; the client's COMMIT ends both.
+//   - In autocommit mode the proxy makes the transaction:
+//     START TRANSACTION + guard (one write, two responses), then the write +
+//     COMMIT AND NO CHAIN NO RELEASE (one write); the write's final packet
+//     is held until the COMMIT succeeded and then shows the status flags
+//     autocommit would (no SERVER_STATUS_IN_TRANS). A stale guard is
+//     followed by ROLLBACK, and the write is never sent.
+//   - Under LOCK TABLES no START TRANSACTION (it would unlock the tables):
+//     the table lock on the lease table makes guard and write atomic.
+
+const (
+	commitOwn   = "COMMIT AND NO CHAIN NO RELEASE"
+	rollbackOwn = "ROLLBACK AND NO CHAIN NO RELEASE"
+)
+
+// guardOf returns the fence of a statement the proxy must guard (a guarded
+// write, or EXECUTE of one prepared by name), or nil.
+func (c *clientConn) guardOf(st *rewrite.Stmt) *rewrite.Fence {
+	var f *rewrite.Fence
+	switch st.Kind {
+	case rewrite.Write:
+		f = st.Fence
+	case rewrite.Execute:
+		if ps := c.named[st.Name]; ps != nil && ps.stmt.Kind == rewrite.Write {
+			f = ps.stmt.Fence
+		}
+	}
+	if f != nil && f.Guard {
+		return f
+	}
+	return nil
+}
+
+// hasGuarded reports whether any statement of a packet must be guarded.
+func (c *clientConn) hasGuarded(stmts []rewrite.Stmt) bool {
+	for i := range stmts {
+		if c.guardOf(&stmts[i]) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// guardEngine is the lease package's engine family for the backend.
+func (c *clientConn) guardEngine() lease.Engine {
+	if c.srv.Flavor == rewrite.TiDB {
+		return lease.TiDB
+	}
+	return lease.InnoDB
+}
+
+// guardsFor builds the guard of each distinct lease of f's targets.
+func (c *clientConn) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []rewrite.Target, error) {
+	var gs []lease.Guard
+	var ts []rewrite.Target
+	seen := map[string]bool{}
+	v := rt.policy.Vars
+	for _, tg := range f.Targets {
+		schema, table := rt.policy.LeaseTableFor(tg.Schema)
+		g, err := lease.GuardFor(c.guardEngine(), lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease,
+			Vars: lease.Vars{Lease: v.Lease, Owner: v.Owner, Token: v.Token}})
+		if err != nil {
+			return nil, nil, err
+		}
+		if seen[g.SQL] {
+			continue
+		}
+		seen[g.SQL] = true
+		gs = append(gs, g)
+		ts = append(ts, tg)
+	}
+	return gs, ts, nil
+}
+
+// guardedWrite runs one guarded write: the guard, then (if the lease holds)
+// the client's statement, which send puts on the wire unchanged, with its
+// response relayed through t; drop discards the client's command when it
+// is not sent. The caller finishes t afterwards (session effects; a
+// guarded write has no lease check left to do).
+func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) error {
+	if c.statusStale {
+		// Learn the transaction state from an OK: DO changes nothing the
+		// write could see (it resets warnings and ROW_COUNT(), which the
+		// write itself resets; ROW_COUNT() inside the write is refused).
+		if _, err := c.backendExec("DO 0"); err != nil {
+			if be, ok := err.(*backendError); ok {
+				if err := drop(); err != nil {
+					return err
+				}
+				return c.sendError(be.code, be.state, be.msg)
+			}
+			return err
+		}
+	}
+	wrap := c.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !c.inTransaction() && !c.tablesLocked
+	gs, ts, err := c.guardsFor(rt, f)
+	if err != nil {
+		if err := drop(); err != nil {
+			return err
+		}
+		return c.sendError(erNotAllowed, "42000", "fenceproxy cannot build the lease check for this write: "+err.Error())
+	}
+	if wrap {
+		if err := c.queueOwn("START TRANSACTION"); err != nil {
+			return err
+		}
+	}
+	v, gerr, err := c.runGuards(gs, ts, wrap)
+	if err != nil {
+		return err
+	}
+	if gerr != nil || v.rejected() {
+		end := "DO 0" // ROW_COUNT() as after a write of 0 rows
+		if wrap {
+			end = rollbackOwn
+		}
+		if _, err := c.backendExec(end); err != nil {
+			if _, ok := err.(*backendError); !ok {
+				return err
+			}
+		}
+		if err := drop(); err != nil {
+			return err
+		}
+		if gerr != nil {
+			return c.guardError(gerr, ts)
+		}
+		return c.rejectGuarded(rt, f, v)
+	}
+	if !wrap {
+		if err := send(); err != nil {
+			return err
+		}
+		return c.relayResults(t)
+	}
+	c.holdEnd = true
+	defer func() { c.holdEnd = false }()
+	if err := send(); err != nil {
+		return err
+	}
+	if err := c.queueOwn(commitOwn); err != nil {
+		return err
+	}
+	if err := c.backend.flush(); err != nil {
+		return err
+	}
+	if err := c.relayResults(t); err != nil {
+		return err
+	}
+	c.holdEnd = false
+	_, cerr := c.readOwn()
+	if cerr != nil {
+		be, ok := cerr.(*backendError)
+		if !ok {
+			return cerr
+		}
+		// Nothing was committed: the client gets the COMMIT's error in
+		// place of the write's success (after its rows, for RETURNING).
+		c.held = nil
+		c.statusStale = true
+		return c.sendError(be.code, be.state, be.msg)
+	}
+	if c.held == nil {
+		return nil // the write failed, and its ERR went out already
+	}
+	return c.writeHeldAs(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
+}
+
+// runGuards sends the guards (after a queued START TRANSACTION when wrap)
+// and reads their verdict. gerr is the server's error for a guard that
+// could not run (lock wait timeout, deadlock, missing lease table); err a
+// failure of the connection.
+func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (v verdict, gerr *backendError, err error) {
+	for i, g := range gs {
+		if err := c.queueOwn(g.SQL); err != nil {
+			return v, nil, err
+		}
+		if err := c.backend.flush(); err != nil {
+			return v, nil, err
+		}
+		if wrap && i == 0 {
+			if _, err := c.readOwn(); err != nil {
+				be, ok := err.(*backendError)
+				if !ok {
+					return v, nil, err
+				}
+				gerr = be
+			}
+		}
+		rows, err := c.readOwn()
+		if gerr != nil {
+			// The guard ran outside the transaction that failed to start:
+			// its lock is gone already, whatever it found.
+			if _, ok := err.(*backendError); err != nil && !ok {
+				return v, nil, err
+			}
+			return v, gerr, nil
+		}
+		if err != nil {
+			be, ok := err.(*backendError)
+			if !ok {
+				return v, nil, err
+			}
+			return v, be, nil
+		}
+		gv, valid := g.Read(toFields(rows))
+		if valid && gv.NeedVars {
+			vr, err := c.backendQuery(g.VarsSQL)
+			if err != nil {
+				be, ok := err.(*backendError)
+				if !ok {
+					return v, nil, err
+				}
+				return v, be, nil
+			}
+			gv, valid = g.ReadVars(toFields(vr))
+		}
+		if !valid {
+			return v, nil, c.backend.fail(malformed("lease guard returned %d rows", len(rows)))
+		}
+		tg := ts[i]
+		v = verdict{reason: string(gv.Reason), lease: tg.Lease, table: tg.Schema + "." + tg.Table,
+			presentedOwner: gv.PresentedOwner, presentedToken: gv.PresentedToken, currentToken: gv.CurrentToken}
+		if tg.Lease == "" {
+			v.lease = gv.Lease
+		}
+		if v.rejected() {
+			return v, nil, nil
+		}
+	}
+	return verdict{}, nil, nil
+}
+
+func toFields(rows [][]value) [][]lease.Field {
+	out := make([][]lease.Field, len(rows))
+	for i, r := range rows {
+		out[i] = make([]lease.Field, len(r))
+		for j, x := range r {
+			out[i][j] = lease.Field{S: x.s, Null: x.null}
+		}
+	}
+	return out
+}
+
+// guardError answers a write whose guard failed with the guard's error:
+// nothing of the write was sent.
+func (c *clientConn) guardError(be *backendError, ts []rewrite.Target) error {
+	msg := be.msg
+	if be.code == mysql.ER_NO_SUCH_TABLE {
+		msg = "fenceproxy: the lease table for " + ts[0].Schema + "." + ts[0].Table +
+			" is missing (run fenceproxy init): " + msg
+	}
+	return c.sendError(be.code, be.state, msg)
+}
+
+// rejectGuarded answers a guarded write whose lease check failed, after the
+// audit record is written: an OK of 0 rows (on_stale: zero_rows, what the
+// server says of an INSERT ... SELECT that selected nothing), or ERR 1644.
+func (c *clientConn) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) error {
+	if rt.policy.OnStale == onStaleError || f.Rows {
+		// A write that answers with rows (RETURNING) would need an empty
+		// result set with its column definitions, which only the server
+		// can give: the error says what happened instead.
+		c.auditStale(rt, f, v, "error")
+		return c.sendError(erSignal, "45000", v.message(f))
+	}
+	c.auditStale(rt, f, v, "zero_rows")
+	st := c.status &^ mysql.SERVER_MORE_RESULTS_EXISTS
+	if c.forceMore {
+		st |= mysql.SERVER_MORE_RESULTS_EXISTS
+	}
+	ok := binary.LittleEndian.AppendUint16([]byte{mysql.OK_HEADER, 0, 0}, st)
+	ok = append(ok, 0, 0)
+	seq := c.nextSeq()
+	c.respStarted = true
+	_, err := c.client.writePacket(seq, ok)
+	return err
+}
+
+// writeHeldAs writes the held final packet of a guarded write with the
+// status bits in clear removed (and "more results" set when the proxy runs
+// a packet's statements one by one).
+func (c *clientConn) writeHeldAs(clear uint16) error {
+	p := c.held
+	c.held = nil
+	off := 3 // EOF: header, warnings, status
+	if !c.heldEOF {
+		ok, valid := parseOK(p)
+		if !valid {
+			return c.backend.fail(malformed("held OK packet"))
+		}
+		off = ok.infoOff - 4
+	}
+	if len(p) < off+2 {
+		return c.backend.fail(malformed("held packet"))
+	}
+	st := binary.LittleEndian.Uint16(p[off:]) &^ clear
+	if c.forceMore {
+		st |= mysql.SERVER_MORE_RESULTS_EXISTS
+	}
+	binary.LittleEndian.PutUint16(p[off:], st)
+	c.respStarted = true
+	_, err := c.client.writePacket(c.heldSeq+c.seqDelta, p)
+	return err
+}
