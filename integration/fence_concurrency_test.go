@@ -92,66 +92,78 @@ func TestStaleWritesInsideTransactions(t *testing.T) {
 			const name = "invoice:acme"
 			mustExec(t, e.root, "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', 0, 0)")
 
-			t.Run("write first: the takeover waits for the writer's commit", func(t *testing.T) {
-				a := e.session(t)
-				la := e.acquire(t, name, 400*time.Millisecond)
-				setFence(t, a, la)
-				mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
-				mustExec(t, a, "BEGIN")
-				if r := mustExec(t, a, "UPDATE invoices SET amount = 1, token = @fence_token WHERE customer = 'acme'"); rowsAffected(r) != 1 {
-					t.Fatal("valid fenced write changed nothing")
-				}
-				e.awaitExpired(t, name)
-				takeover := make(chan error, 1)
-				go func() {
-					_, err := e.store.Acquire(ctx, name, 300*time.Millisecond)
-					takeover <- err
-				}()
-				// The takeover must block on A's share lock: wait until the
-				// server is executing its UPDATE, and check it has not
-				// finished. (With triggers on the table the wait does not
-				// show as LOCK WAIT in innodb_trx, so look at the
-				// processlist.)
-				eventually(t, 5*time.Second, "the takeover's UPDATE to be running", func() bool {
+			// UPDATE carries the fence in its text; INSERT goes out verbatim
+			// after the proxy's guard (a locking read of the lease row).
+			for _, w := range []struct{ name, q string }{
+				{"update", "UPDATE invoices SET amount = %d, token = @fence_token WHERE customer = 'acme'"},
+				{"insert odku", "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', %d, @fence_token) " +
+					"ON DUPLICATE KEY UPDATE amount = VALUES(amount), token = VALUES(token)"},
+				{"insert", "INSERT INTO invoices (customer, period, amount, token) VALUES (CONCAT('c', UUID_SHORT()), '2026-10', %d, @fence_token)"},
+			} {
+				t.Run(w.name+": write first: the takeover waits for the writer's commit", func(t *testing.T) {
+					a := e.session(t)
+					if w.name != "update" {
+						e.awaitExpired(t, name) // the previous form's takeover
+					}
+					la := e.acquire(t, name, 400*time.Millisecond)
+					setFence(t, a, la)
+					mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
+					mustExec(t, a, "BEGIN")
+					if r := mustExec(t, a, fmt.Sprintf(w.q, 1)); rowsAffected(r) == 0 {
+						t.Fatal("valid fenced write changed nothing")
+					}
+					e.awaitExpired(t, name)
+					takeover := make(chan error, 1)
+					go func() {
+						_, err := e.store.Acquire(ctx, name, 300*time.Millisecond)
+						takeover <- err
+					}()
+					// The takeover must block on A's share lock: wait until the
+					// server is executing its UPDATE, and check it has not
+					// finished. (With triggers on the table the wait does not
+					// show as LOCK WAIT in innodb_trx, so look at the
+					// processlist.)
+					eventually(t, 5*time.Second, "the takeover's UPDATE to be running", func() bool {
+						select {
+						case err := <-takeover:
+							t.Fatalf("takeover finished while the fenced transaction was open: %v", err)
+						default:
+						}
+						return queryString(t, e.root, "SELECT COUNT(*) FROM information_schema.processlist "+
+							"WHERE command = 'Query' AND info LIKE 'UPDATE %fenced_job_leases%'") != "0"
+					})
 					select {
 					case err := <-takeover:
 						t.Fatalf("takeover finished while the fenced transaction was open: %v", err)
 					default:
 					}
-					return queryString(t, e.root, "SELECT COUNT(*) FROM information_schema.processlist "+
-						"WHERE command = 'Query' AND info LIKE 'UPDATE %fenced_job_leases%'") != "0"
+					mustExec(t, a, "COMMIT")
+					if err := <-takeover; err != nil {
+						t.Fatalf("takeover after commit: %v", err)
+					}
 				})
-				select {
-				case err := <-takeover:
-					t.Fatalf("takeover finished while the fenced transaction was open: %v", err)
-				default:
-				}
-				mustExec(t, a, "COMMIT")
-				if err := <-takeover; err != nil {
-					t.Fatalf("takeover after commit: %v", err)
-				}
-			})
-			t.Run("takeover first: the old snapshot does not leak into the write", func(t *testing.T) {
-				a := e.session(t)
-				e.awaitExpired(t, name)
-				la := e.acquire(t, name, 400*time.Millisecond)
-				setFence(t, a, la)
-				mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
-				mustExec(t, a, "BEGIN")
-				// Take a snapshot that still shows A's lease as current.
-				var tok uint64
-				if err := a.QueryRowContext(ctx, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ?", la.Name).Scan(&tok); err != nil || tok != la.Token {
-					t.Fatalf("snapshot read: %d %v", tok, err)
-				}
-				e.awaitExpired(t, la.Name)
-				if _, err := e.store.Acquire(ctx, la.Name, time.Minute); err != nil {
-					t.Fatal(err)
-				}
-				if r := mustExec(t, a, "UPDATE invoices SET amount = 2, token = @fence_token WHERE customer = 'acme'"); rowsAffected(r) != 0 {
-					t.Fatal("stale write inside a transaction changed a row")
-				}
-				mustExec(t, a, "COMMIT")
-			})
+				t.Run(w.name+": takeover first: the old snapshot does not leak into the write", func(t *testing.T) {
+					a := e.session(t)
+					e.awaitExpired(t, name)
+					la := e.acquire(t, name, 400*time.Millisecond)
+					setFence(t, a, la)
+					mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
+					mustExec(t, a, "BEGIN")
+					// Take a snapshot that still shows A's lease as current.
+					var tok uint64
+					if err := a.QueryRowContext(ctx, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ?", la.Name).Scan(&tok); err != nil || tok != la.Token {
+						t.Fatalf("snapshot read: %d %v", tok, err)
+					}
+					e.awaitExpired(t, la.Name)
+					if _, err := e.store.Acquire(ctx, la.Name, 500*time.Millisecond); err != nil {
+						t.Fatal(err)
+					}
+					if r := mustExec(t, a, fmt.Sprintf(w.q, 2)); rowsAffected(r) != 0 {
+						t.Fatal("stale write inside a transaction changed a row")
+					}
+					mustExec(t, a, "COMMIT")
+				})
+			}
 			checkEventLog(t, e)
 		})
 	}
@@ -246,6 +258,25 @@ func workerRound(c *sql.Conn, l lease.Lease, w int, rng *rand.Rand, ttl time.Dur
 	}
 	if _, err := c.ExecContext(ctx, "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", l.Name, l.Owner, l.Token); err != nil {
 		return err
+	}
+	if rng.IntN(4) == 0 {
+		// An autocommit INSERT: the proxy wraps guard and write in a
+		// transaction of its own.
+		pause()
+		q := fmt.Sprintf("INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', %d, @fence_token) "+
+			"ON DUPLICATE KEY UPDATE amount = VALUES(amount), token = VALUES(token)", w)
+		r, err := c.ExecContext(ctx, q)
+		switch {
+		case err != nil && isLockError(err):
+			return nil
+		case err != nil:
+			return err
+		case rowsAffected(r) == 0:
+			rejected.Add(1)
+		default:
+			committed.Add(1)
+		}
+		return nil
 	}
 	iso := []string{"READ COMMITTED", "REPEATABLE READ"}[rng.IntN(2)]
 	if _, err := c.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL "+iso); err != nil {

@@ -11,7 +11,9 @@
 # SHARED (../shared relative to the repo), BENCH_WORK (/tmp/fenceproxy-bench),
 # FP_LISTEN (127.0.0.1:6033), FP_CONFIG_EXTRA (YAML appended to the proxy's
 # config, e.g. protected tables), ONE_PROC_LISTEN (empty; e.g. 127.0.0.1:6034:
-# also measure a second fenceproxy there, run with GOMAXPROCS=1).
+# also measure a second fenceproxy there, run with GOMAXPROCS=1), BEFORE_BIN
+# (empty; a fenceproxy binary of another revision, measured in the same run
+# as fenceproxy-before on BEFORE_LISTEN, 127.0.0.1:6035).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared}
@@ -44,13 +46,21 @@ if [[ -n ${ONE_PROC_LISTEN:-} ]]; then
   FP_PIDS="$FP_PIDS $!"
   targets+=(fenceproxy-1p="$ONE_PROC_LISTEN")
 fi
+rm -f "$BENCH_WORK/fenceproxy-before.log"
+if [[ -n ${BEFORE_BIN:-} ]]; then
+  BEFORE_LISTEN=${BEFORE_LISTEN:-127.0.0.1:6035}
+  sed "s/^listen: .*/listen: $BEFORE_LISTEN/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-before.yaml"
+  "$BEFORE_BIN" serve --config "$BENCH_WORK/fenceproxy-before.yaml" 2>"$BENCH_WORK/fenceproxy-before.log" &
+  FP_PIDS="$FP_PIDS $!"
+  targets+=(fenceproxy-before="$BEFORE_LISTEN")
+fi
 cleanup() {
   kill $FP_PIDS 2>/dev/null || true
   wait $FP_PIDS 2>/dev/null || true
   RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" stop >/dev/null || true
 }
 trap cleanup EXIT
-for addr in "$FP_LISTEN" ${ONE_PROC_LISTEN:-}; do
+for addr in "$FP_LISTEN" ${ONE_PROC_LISTEN:-} ${BEFORE_LISTEN:-}; do
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null && break; sleep 0.05; done
 done
 RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" start

@@ -1,0 +1,80 @@
+package lease
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestGuardFor(t *testing.T) {
+	vars := Vars{Lease: "fence_lease", Owner: "fence_owner", Token: "fence_token"}
+	for _, c := range []struct {
+		name string
+		e    Engine
+		spec GuardSpec
+		want string
+	}{
+		{"session lease, InnoDB", InnoDB, GuardSpec{Schema: "app", Table: "fenced_job_leases", Vars: vars},
+			"SELECT @fence_owner IS NULL OR @fence_token IS NULL OR @fence_lease IS NULL, fence_l.fence_token = @fence_token, " +
+				"fence_l.owner_token = @fence_owner, fence_l.leased_until > SYSDATE(3), fence_l.fence_token, CAST(@fence_lease AS CHAR), " +
+				"LEFT(SHA2(@fence_owner, 256), 16), CAST(@fence_token AS CHAR) FROM `app`.`fenced_job_leases` AS fence_l " +
+				"WHERE fence_l.lease_name = @fence_lease LOCK IN SHARE MODE"},
+		{"fixed lease, TiDB", TiDB, GuardSpec{Schema: "app", Table: "leases", Lease: "admin:rec", Vars: Vars{"l", "my owner", "t"}},
+			"SELECT @`my owner` IS NULL OR @t IS NULL, fence_l.fence_token = @t, fence_l.owner_token = @`my owner`, " +
+				"fence_l.leased_until > SYSDATE(3), fence_l.fence_token, CAST(_utf8mb4 X'61646d696e3a726563' COLLATE utf8mb4_bin AS CHAR), " +
+				"LEFT(SHA2(@`my owner`, 256), 16), CAST(@t AS CHAR) FROM `app`.`leases` AS fence_l " +
+				"WHERE fence_l.lease_name = _utf8mb4 X'61646d696e3a726563' COLLATE utf8mb4_bin FOR UPDATE"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := GuardFor(c.e, c.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.SQL != c.want {
+				t.Fatalf("got  %s\nwant %s", g.SQL, c.want)
+			}
+			if strings.ContainsAny(g.SQL, "?'\"\\") && !strings.Contains(g.SQL, "X'") {
+				t.Fatalf("guard text has characters whose reading depends on the session: %s", g.SQL)
+			}
+		})
+	}
+	if _, err := GuardFor(InnoDB, GuardSpec{Schema: "a`b", Table: "t", Vars: vars}); err == nil {
+		t.Fatal("a backquote in the lease table's name was accepted")
+	}
+}
+
+func TestGuardRead(t *testing.T) {
+	g := Guard{Kind: GuardRow}
+	f := func(s ...string) []Field {
+		out := make([]Field, len(s))
+		for i, x := range s {
+			if x == "NULL" {
+				out[i] = Field{Null: true}
+			} else {
+				out[i] = Field{S: x}
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		row  []Field
+		want Reason
+	}{
+		{f("0", "1", "1", "1", "7", "job", "abcd", "7"), Holds},
+		{f("0", "0", "1", "1", "8", "job", "abcd", "7"), StaleToken},
+		{f("0", "1", "0", "1", "7", "job", "abcd", "7"), OwnerMismatch},
+		{f("0", "1", "1", "0", "7", "job", "abcd", "7"), Expired},
+		{f("1", "NULL", "NULL", "1", "7", "job", "NULL", "NULL"), NoFence},
+		{f("0", "NULL", "1", "1", "7", "job", "abcd", "x"), StaleToken}, // a token that compares to NULL
+	} {
+		v, ok := g.Read([][]Field{c.row})
+		if !ok || v.Reason != c.want {
+			t.Errorf("%v: got %q (%v), want %q", c.row, v.Reason, ok, c.want)
+		}
+	}
+	if v, ok := g.Read(nil); !ok || !v.NeedVars {
+		t.Errorf("no lease row: %+v", v)
+	}
+	if v, ok := g.ReadVars([][]Field{f("0", "job", "abcd", "7")}); !ok || v.Reason != LeaseMissing || *v.PresentedToken != 7 {
+		t.Errorf("vars: %+v", v)
+	}
+}
