@@ -2,11 +2,13 @@
 # The project's test command (README, .ci/run): the alert rules through
 # promtool, vet, then every test with the race detector against a real
 # server. The integration harness starts its own disposable mariadbd/mysqld
-# (or uses FENCEPROXY_TEST_DSN) and a 3-node MariaDB Galera cluster; this
-# script only makes sure the binaries and promtool exist, installing Debian's
-# mariadb-server, galera-4, rsync, iproute2 (ss, used by the rsync state
-# transfer) and prometheus when they are missing, and makes a missing server
-# a failure instead of a skip. The randomized Galera race runs for
+# (or uses FENCEPROXY_TEST_DSN), a 3-node MariaDB Galera cluster and a
+# tidb-server (or uses FENCEPROXY_TEST_TIDB_DSN); this script only makes sure
+# the binaries and promtool exist, installing Debian's mariadb-server,
+# galera-4, rsync, iproute2 (ss, used by the rsync state transfer) and
+# prometheus when they are missing and building tidb-server
+# (scripts/tidb-server.sh) into its cache, and makes a missing server a
+# failure instead of a skip. The randomized Galera race runs for
 # FENCEPROXY_GALERA_RACE per fence shape (30s here, a few seconds by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,15 @@ if ! command -v promtool >/dev/null; then
 fi
 promtool check rules configs/alerts.yml
 promtool test rules configs/alerts_test.yml
+
+# The TiDB tests run against a tidb-server built from source and cached
+# outside the repository; the first run on a machine builds it.
+if [[ -z ${FENCEPROXY_TEST_TIDB_DSN:-} ]]; then
+  tidb_start=$(date +%s)
+  FENCEPROXY_TIDB_SERVER=$(scripts/tidb-server.sh)
+  export FENCEPROXY_TIDB_SERVER
+  echo "test.sh: tidb-server ready in $(($(date +%s) - tidb_start)) s: $FENCEPROXY_TIDB_SERVER" >&2
+fi
 
 export FENCEPROXY_REQUIRE_SERVER=1
 export FENCEPROXY_GALERA_RACE=${FENCEPROXY_GALERA_RACE:-30s}

@@ -63,9 +63,13 @@ func (s *Server) detectVersion(ctx context.Context, db *sql.DB) error {
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&s.Version); err != nil {
 		return fmt.Errorf("SELECT VERSION(): %w", err)
 	}
-	s.Flavor = FlavorMySQL
-	if strings.Contains(strings.ToLower(s.Version), "mariadb") {
+	switch v := strings.ToLower(s.Version); {
+	case strings.Contains(v, "-tidb-"):
+		s.Flavor = FlavorTiDB
+	case strings.Contains(v, "mariadb"):
 		s.Flavor = FlavorMariaDB
+	default:
+		s.Flavor = FlavorMySQL
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ type Options struct {
 // Server is a running MariaDB/MySQL server.
 type Server struct {
 	Addr     string // 127.0.0.1:port; clients always use TCP
-	Flavor   string // FlavorMariaDB or FlavorMySQL
+	Flavor   string // FlavorMariaDB, FlavorMySQL or FlavorTiDB
 	Version  string // SELECT VERSION()
 	Dir      string // temp dir: datadir, socket, error log, certs ("" when External)
 	Certs    *Certs // set when the server has TLS and its CA is known

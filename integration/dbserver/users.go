@@ -12,7 +12,7 @@ import (
 // CreateUser (re)creates user@'%' with password, authenticated by plugin, and
 // grants it ALL ON *.*. Plugins: "mysql_native_password", "ed25519"
 // (MariaDB; the plugin is installed if needed) and "caching_sha2_password"
-// (MySQL). One the server cannot provide gives an error wrapping
+// (MySQL, TiDB). One the server cannot provide gives an error wrapping
 // ErrUnsupported.
 func (s *Server) CreateUser(ctx context.Context, user, password, plugin string) error {
 	db, err := s.openRoot()
@@ -35,7 +35,7 @@ func createUser(ctx context.Context, db *sql.DB, flavor, user, password, plugin 
 			return err
 		}
 		identified = "IDENTIFIED VIA ed25519 USING PASSWORD(" + quote(password) + ")"
-	case flavor == FlavorMySQL && (plugin == "mysql_native_password" || plugin == "caching_sha2_password"):
+	case (flavor == FlavorMySQL || flavor == FlavorTiDB) && (plugin == "mysql_native_password" || plugin == "caching_sha2_password"):
 		identified = "IDENTIFIED WITH " + plugin + " BY " + quote(password)
 	default:
 		return fmt.Errorf("dbserver: auth plugin %q on %s: %w", plugin, flavor, ErrUnsupported)

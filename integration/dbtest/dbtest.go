@@ -78,7 +78,8 @@ func (sh *shared) get(t testing.TB, opts dbserver.Options) *dbserver.Server {
 // failure for any other reason (a broken server is a bug, not a skip).
 func Unavailable(t testing.TB, err error) {
 	t.Helper()
-	if errors.Is(err, dbserver.ErrNotFound) && os.Getenv(EnvRequire) != "1" {
+	missing := errors.Is(err, dbserver.ErrNotFound) || errors.Is(err, dbserver.ErrTiDBNotFound)
+	if missing && os.Getenv(EnvRequire) != "1" {
 		t.Skip("no database server: ", err)
 	}
 	t.Fatal(err)
@@ -133,7 +134,7 @@ func Main(m *testing.M) {
 			os.Stderr.WriteString("dbtest: closing the galera cluster: " + err.Error() + "\n")
 		}
 	}
-	for _, sh := range []*shared{&plain, &withTLS} {
+	for _, sh := range []*shared{&plain, &withTLS, &tidb} {
 		if sh.srv != nil {
 			if err := sh.srv.Close(); err != nil {
 				os.Stderr.WriteString("dbtest: closing server: " + err.Error() + "\n")
