@@ -55,6 +55,7 @@ main() {
   # directory without a go.mod above it, or it resolves against that module.
   scratch=$(mktemp -d)
   trap 'chmod -R u+w "$scratch" 2>/dev/null; rm -rf "$scratch"' EXIT
+  trap 'exit 1' INT TERM
   cd "$scratch"
   moddir() { GO111MODULE=on go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'; }
   tidb_dir=$(moddir "$tidb_mod" "$tidb_ver")
@@ -73,7 +74,9 @@ main() {
   chmod -R u+w "$src/pkg/parser"
 
   echo "tidb-server.sh: building tidb-server $tidb_ver (first run on this machine; about 10 minutes)" >&2
-  (cd "$src" && go build -o "$cache/tidb-server.tmp" ./cmd/tidb-server)
+  # -trimpath: the build cache then does not depend on the scratch
+  # directory's random name, so a rebuild reuses it.
+  (cd "$src" && go build -trimpath -o "$cache/tidb-server.tmp" ./cmd/tidb-server)
   mv "$cache/tidb-server.tmp" "$bin"
   echo "tidb-server.sh: built $bin in $(($(date +%s) - start)) s" >&2
   echo "$bin"
