@@ -90,7 +90,7 @@ func TestServeTellsSystemd(t *testing.T) {
 	conn := notifySocket(t, "notify.sock")
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "fenceproxy.yaml")
-	// Port 1 on loopback refuses: clients get ERR 2003 from the proxy.
+	// Port 1 on loopback refuses: clients get ERR 9001 from the proxy.
 	good := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend: {address: \"127.0.0.1:1\"}\naudit: {file: audit.jsonl}\n"
 	if err := os.WriteFile(cfgPath, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
@@ -117,8 +117,8 @@ func TestServeTellsSystemd(t *testing.T) {
 	}
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	pkt := make([]byte, 7)
-	if _, err := io.ReadFull(c, pkt); err != nil || pkt[4] != 0xff || int(pkt[5])|int(pkt[6])<<8 != 2003 {
-		t.Fatalf("after READY=1 the proxy answered % x, %v; want ERR 2003", pkt, err)
+	if _, err := io.ReadFull(c, pkt); err != nil || pkt[4] != 0xff || int(pkt[5])|int(pkt[6])<<8 != 9001 {
+		t.Fatalf("after READY=1 the proxy answered % x, %v; want ERR 9001", pkt, err)
 	}
 	c.Close()
 
