@@ -150,6 +150,8 @@ func (c *clientConn) handshake(rt *runtime) error {
 // connectBackend dials the backend and reads its initial handshake. A
 // failure reaches the client as an ERR packet in place of a handshake.
 func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*serverHandshake, error) {
+	up := false
+	defer func() { c.p.metrics.setBackendUp(up) }()
 	timeout := cfg.Timeouts.Connect.D()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -182,6 +184,7 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 		c.sendInitialError("fenceproxy: the backend's handshake is not MySQL protocol 10")
 		return nil, c.backend.fail(err)
 	}
+	up = true
 	return hs, nil
 }
 

@@ -385,6 +385,11 @@ func (c *clientConn) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome 
 			}
 		}
 	}
+	reason := "unverifiable"
+	if r.Table != "" {
+		reason = "protected_table"
+	}
+	c.p.metrics.StatementsRefused.WithLabelValues(reason, rt.policy.Mode).Inc()
 	c.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
 		Digest: statementDigest(sql), Outcome: outcome, Detail: r.Reason}, rt)
 }
@@ -399,7 +404,11 @@ func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
 		c.p.metrics.AuditErrors.Inc()
 		c.log.Error("audit write failed", "err", err)
 	}
-	c.p.metrics.StaleRejected.WithLabelValues(rec.Table, leaseLabel(rec.Lease), rec.Reason).Inc()
+	if rec.Reason == audit.Refused {
+		c.log.Warn("statement refused", "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+		return
+	}
+	c.p.metrics.StaleRejected.WithLabelValues(rec.Table, leaseLabel(rec.Lease), rec.Reason, rec.Mode).Inc()
 	c.log.Warn("fenced write rejected", "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
 }
 

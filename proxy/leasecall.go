@@ -172,6 +172,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 	defer commit()
 
 	var row []value
+	result := "ok"
 	switch call.Func {
 	case rewrite.FenceAcquire:
 		if len(args) != 2 || args[0].null || args[1].null {
@@ -188,6 +189,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 			// before it could be read back (a TTL shorter than a round
 			// trip): either way this session does not hold it.
 			row = []value{{null: true}}
+			result = "held"
 		case err != nil:
 			return c.leaseError(name, err)
 		default:
@@ -220,6 +222,9 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 			}
 			done = err == nil
 		}
+		if !done {
+			result = "lost"
+		}
 		row = []value{{s: boolDigit(done)}}
 	case rewrite.FenceStatus:
 		l, ok, err := c.sessionLease(rt)
@@ -242,7 +247,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		}
 	}
 	commit()
-	c.p.metrics.leaseCalls(name, "ok").Inc()
+	c.p.metrics.leaseCalls(name, result).Inc()
 	return c.writeResultSet(leaseColumns(call), [][]value{row}, binaryRows)
 }
 

@@ -18,6 +18,8 @@ type Metrics struct {
 	AuthFailures        prometheus.Counter
 	Statements          *prometheus.CounterVec
 	StaleRejected       *prometheus.CounterVec
+	StatementsRefused   *prometheus.CounterVec
+	BackendUp           prometheus.Gauge
 	AuditErrors         prometheus.Counter
 	LeaseCalls          *prometheus.CounterVec
 	Draining            prometheus.Gauge
@@ -62,12 +64,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenceproxy_statements_total", Help: "COM_QUERY and COM_STMT_PREPARE packets by what the proxy did: forwarded, fenced, refused, answered."},
 			[]string{"action"}),
 		StaleRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fenceproxy_stale_writes_rejected_total", Help: "Writes to protected tables rejected (or, in shadow mode, that would have been), and refused statements."},
-			[]string{"table", "lease", "reason"}),
+			Name: "fenceproxy_stale_writes_rejected_total", Help: "Writes to protected tables rejected by the fence (mode=enforce), or that it would have rejected (mode=shadow), by table, lease and reason."},
+			[]string{"table", "lease", "reason", "mode"}),
+		StatementsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_statements_refused_total", Help: "Statements the proxy refused (mode=enforce) or would have refused (mode=shadow) because it cannot fence them, by reason: protected_table (names a protected table: DDL, LOAD DATA, ...), unverifiable (cannot be checked: PREPARE FROM a variable, unreadable text, a malformed lease call)."},
+			[]string{"reason", "mode"}),
+		BackendUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenceproxy_backend_up", Help: "1 when the last connection to the backend (a client's, or a readiness check) got its greeting, 0 when it failed."}),
 		AuditErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_audit_write_errors_total", Help: "Audit records that could not be written to the audit file."}),
 		LeaseCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fenceproxy_lease_calls_total", Help: "SQL lease functions answered by the proxy, by function and result (ok, error)."},
+			Name: "fenceproxy_lease_calls_total", Help: "SQL lease functions answered by the proxy, by function and result: ok (acquired, renewed, released, status read), held (fence_acquire: held by another owner), lost (fence_renew/fence_release: the session's lease expired, was taken over or released), error."},
 			[]string{"func", "result"}),
 	}
 	// Histogram children only for the commands apps use all the time;
@@ -93,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.Statements,
-			m.StaleRejected, m.AuditErrors, m.LeaseCalls, m.Draining)
+			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.LeaseCalls, m.Draining)
 	}
 	return m
 }
@@ -118,6 +125,14 @@ func commandName(b byte) string {
 		return n
 	}
 	return "other"
+}
+
+func (m *Metrics) setBackendUp(up bool) {
+	if up {
+		m.BackendUp.Set(1)
+	} else {
+		m.BackendUp.Set(0)
+	}
 }
 
 func (m *Metrics) leaseCalls(fn, result string) prometheus.Counter {

@@ -302,10 +302,14 @@ func (p *Proxy) Ready(ctx context.Context) error {
 	if p.Draining() {
 		return ErrDraining
 	}
+	var err error
 	if p.adminDB != nil {
-		return p.adminDB.PingContext(ctx)
+		err = p.adminDB.PingContext(ctx)
+	} else {
+		err = p.CheckBackend(ctx)
 	}
-	return p.CheckBackend(ctx)
+	p.metrics.setBackendUp(err == nil)
+	return err
 }
 
 // ErrDraining is what Ready reports once the proxy is shutting down.

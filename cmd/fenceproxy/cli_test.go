@@ -4,9 +4,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceproxy/fenceproxy/integration/dbtest"
 )
@@ -182,4 +185,28 @@ func TestCheckConfigConnect(t *testing.T) {
 	if !strings.Contains(r.stderr, "backend "+closed) {
 		t.Fatalf("stderr: %s", r.stderr)
 	}
+}
+
+func TestBuildInfoMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	registerMetrics(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "fenceproxy_build_info" {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if m.GetGauge().GetValue() != 1 || labels["version"] != version || labels["goversion"] != runtime.Version() {
+			t.Fatalf("fenceproxy_build_info: %v = %v", labels, m.GetGauge().GetValue())
+		}
+		return
+	}
+	t.Fatal("no fenceproxy_build_info")
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -287,7 +288,11 @@ func registerMetrics(reg prometheus.Registerer) (m *proxy.Metrics, reloadOK, rel
 		Name: "fenceproxy_config_last_reload_successful", Help: "Whether the last configuration reload succeeded."})
 	reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fenceproxy_config_last_reload_success_timestamp_seconds", Help: "Time of the last successful configuration reload."})
-	reg.MustRegister(reloadOK, reloadTime)
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fenceproxy_build_info", Help: "Always 1; the labels say which fenceproxy build runs."},
+		[]string{"version", "goversion"})
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	reg.MustRegister(reloadOK, reloadTime, buildInfo)
 	return m, reloadOK, reloadTime
 }
 
