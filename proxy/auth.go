@@ -39,7 +39,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 
 	useBackendTLS := c.p.backendTLS != nil && hs.caps&mysql.CLIENT_SSL != 0
 	if c.p.backendTLS != nil && !useBackendTLS && c.p.backendMode != policy.TLSPreferred {
-		c.sendInitialError("fenceproxy: backend.tls is "+c.p.backendMode+" but the backend does not offer TLS")
+		c.sendInitialError("fenceproxy: backend.tls is " + c.p.backendMode + " but the backend does not offer TLS")
 		return errors.New("backend does not offer TLS")
 	}
 
