@@ -194,6 +194,18 @@ func galeraRaceSchema(t *testing.T, c *dbserver.Cluster) (string, *sql.DB) {
 // raceCounts is what one race saw from the clients' side.
 type raceCounts struct {
 	committed, rejected, conflicts, takeovers, takeoverRetries atomic.Int64
+	// The longest a write (or transaction) and a takeover took, in µs.
+	slowestWrite, slowestTakeover atomic.Int64
+}
+
+func noteSlowest(v *atomic.Int64, since time.Time) {
+	d := time.Since(since).Microseconds()
+	for {
+		old := v.Load()
+		if d <= old || v.CompareAndSwap(old, d) {
+			return
+		}
+	}
 }
 
 // runGaleraRace races writers on node 1 against takeovers on node 2 for d.
@@ -237,7 +249,9 @@ func runGaleraRace(t *testing.T, c *dbserver.Cluster, schema string, shape fence
 		for ctx.Err() == nil {
 			time.Sleep(time.Duration(2+rand.IntN(18)) * time.Millisecond) // pacing, not synchronisation
 			for attempt := 0; ; attempt++ {
+				start := time.Now()
 				_, err := b.ExecContext(context.Background(), "UPDATE fenced_job_leases SET fence_token = fence_token + 1 WHERE lease_name = 'job'")
+				noteSlowest(&counts.slowestTakeover, start)
 				if err == nil {
 					counts.takeovers.Add(1)
 					break
@@ -271,6 +285,7 @@ func galeraWriter(ctx context.Context, c *sql.Conn, shape fenceShape, w int, cou
 		id := 1 + w*2 + rand.IntN(2)
 		var ok bool
 		var err error
+		start := time.Now()
 		switch rand.IntN(3) {
 		case 0:
 			ok, _, err = shape.write(bg, c, false, false, id)
@@ -279,6 +294,7 @@ func galeraWriter(ctx context.Context, c *sql.Conn, shape fenceShape, w int, cou
 		default:
 			ok, err = galeraTx(bg, c, shape, id)
 		}
+		noteSlowest(&counts.slowestWrite, start)
 		switch {
 		case isConflict(err):
 			counts.conflicts.Add(1)
@@ -470,9 +486,10 @@ func TestGaleraFenceShapesRace(t *testing.T) {
 			order := readCommitOrder(t, c, root, schema, from, 1)
 			replays = wsrepCounter(t, c.Nodes[0], "wsrep_local_replays") - replays
 			t.Logf("%s, %s: clients: %d committed, %d rejected by the fence, %d conflicts (1213), %d takeovers (%d retried on 1213); "+
-				"node 3's binary log: %d row writes, %d with token t after the takeover to t+1 (after %d of %d takeovers); node 1 replays: %d",
+				"node 3's binary log: %d row writes, %d with token t after the takeover to t+1 (after %d of %d takeovers); node 1 replays: %d; slowest write %s, slowest takeover %s",
 				shape.name, elapsed.Round(time.Second), counts.committed.Load(), counts.rejected.Load(), counts.conflicts.Load(),
-				counts.takeovers.Load(), counts.takeoverRetries.Load(), order.writes, order.stale, order.staleTakeovers, order.takeovers, replays)
+				counts.takeovers.Load(), counts.takeoverRetries.Load(), order.writes, order.stale, order.staleTakeovers, order.takeovers, replays,
+				time.Duration(counts.slowestWrite.Load())*time.Microsecond, time.Duration(counts.slowestTakeover.Load())*time.Microsecond)
 			if order.takeovers != int(counts.takeovers.Load()) {
 				t.Errorf("the binary log shows %d takeovers, the taker made %d", order.takeovers, counts.takeovers.Load())
 			}

@@ -63,6 +63,22 @@
 // SYSDATE also needs a server without --sysdate-is-now, and statement-based
 // binary logging treats it as unsafe (use ROW or MIXED).
 //
+// # MariaDB Galera
+//
+// On a Galera cluster a lease statement that races a change of the same
+// lease row on another node (two acquirers of an expired lease, a takeover
+// and a renewal) fails certification with error 1213. Every lease
+// statement is one autocommit statement, so 1213 means it did not commit:
+// the operations run it again (IsConflict; at most 8 attempts, backoff
+// from 2 ms doubling to 100 ms, with jitter, bounded by the context), each
+// statement on its own, so an acquire whose UPDATE committed is never
+// repeated because its read-back conflicted. The table's WriteCounter
+// column is what fenced writes bump there (see WriteCounter);
+// CreateSchema adds it to older tables. Measured on 3 nodes with
+// wsrep_retry_autocommit=0 (TestGaleraLeaseOperationsRetryConflicts):
+// about 500 acquires and 1,250 retried conflicts in 4 s, tokens 1..n with
+// none lost or repeated; without the retries, acquires fail with 1213.
+//
 // # Keeper
 //
 // Store.Keep renews a lease in the background every ttl/3 (configurable),

@@ -57,7 +57,9 @@ func (s Status) OwnerID() string { return OwnerHash(s.Owner) }
 // (text protocol) to run the same operations inside a client's session.
 // Statements must run in autocommit mode outside any transaction: inside
 // an application's transaction a lease change would be undone by its
-// ROLLBACK and would hold the lease row's lock until its COMMIT.
+// ROLLBACK and would hold the lease row's lock until its COMMIT. A
+// statement that fails with 1213 is run again (see IsConflict): that is
+// only right because each one commits on its own.
 type Conn interface {
 	// Exec runs a statement that returns no rows and reports the affected-row
 	// count as the server's OK packet gives it.
@@ -95,12 +97,12 @@ func AcquireOn(ctx context.Context, c Conn, table, name string, ttl time.Duratio
 	if err != nil {
 		return Lease{}, err
 	}
-	n, err := c.Exec(ctx, plan.Update)
+	n, err := execRetrying(ctx, c, plan.Update)
 	if err != nil {
 		return Lease{}, fmt.Errorf("lease: acquire %q: %w", name, err)
 	}
 	if n == 0 {
-		if n, err = c.Exec(ctx, plan.Insert); err != nil {
+		if n, err = execRetrying(ctx, c, plan.Insert); err != nil {
 			return Lease{}, fmt.Errorf("lease: acquire %q: %w", name, err)
 		}
 		if n == 0 {
@@ -125,7 +127,7 @@ func RenewOn(ctx context.Context, c Conn, table string, l Lease, ttl time.Durati
 	if err != nil {
 		return Lease{}, err
 	}
-	if _, err := c.Exec(ctx, plan.Update); err != nil {
+	if _, err := execRetrying(ctx, c, plan.Update); err != nil {
 		return Lease{}, fmt.Errorf("lease: renew %q: %w", l.Name, err)
 	}
 	st, ok, err := queryOne(ctx, c, plan.Read)
@@ -147,7 +149,7 @@ func ReleaseOn(ctx context.Context, c Conn, table string, l Lease) error {
 	if err != nil {
 		return err
 	}
-	n, err := c.Exec(ctx, q)
+	n, err := execRetrying(ctx, c, q)
 	if err != nil {
 		return fmt.Errorf("lease: release %q: %w", l.Name, err)
 	}
@@ -179,7 +181,7 @@ func ListOn(ctx context.Context, c Conn, table string) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.Query(ctx, q)
+	rows, err := queryRetrying(ctx, c, q)
 	if err != nil {
 		return nil, fmt.Errorf("lease: list: %w", err)
 	}
@@ -195,7 +197,7 @@ func ListOn(ctx context.Context, c Conn, table string) ([]Status, error) {
 }
 
 func queryOne(ctx context.Context, c Conn, q string) (Status, bool, error) {
-	rows, err := c.Query(ctx, q)
+	rows, err := queryRetrying(ctx, c, q)
 	if err != nil {
 		return Status{}, false, err
 	}

@@ -6,11 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // AuditTable is the name of the audit table CreateSchema creates next to the
 // lease table (same schema). The proxy's audit writer fills it.
 const AuditTable = "fenced_audit"
+
+// WriteCounter is the lease table's write-counter column. On MariaDB Galera
+// every fenced write bumps it in its own transaction (the proxy's guard:
+// UPDATE lease SET fence_writes = fence_writes + 1 WHERE <fence>): a row
+// lock taken by a read is local to a node and not certified, a change to
+// the lease row is, so certification orders the write against a takeover
+// on any node. Single-server engines do not use it; it is in every table
+// CreateSchema makes so that one schema serves both.
+const WriteCounter = "fence_writes"
 
 // ErrSchema is wrapped by the errors that report an existing table whose
 // definition does not match what the lease operations rely on.
@@ -39,7 +50,8 @@ func SchemaSQL(table string) ([]string, error) {
   lease_name   VARCHAR(191)    NOT NULL PRIMARY KEY,
   owner_token  VARBINARY(64)   NOT NULL,
   fence_token  BIGINT UNSIGNED NOT NULL,
-  leased_until TIMESTAMP(3)    NOT NULL
+  leased_until TIMESTAMP(3)    NOT NULL,
+  fence_writes BIGINT UNSIGNED NOT NULL DEFAULT 0
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 		"CREATE TABLE IF NOT EXISTS " + quoteTable(siblingTable(table, AuditTable)) + ` (
   ` + "`id`" + `              BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -62,10 +74,12 @@ func SchemaSQL(table string) ([]string, error) {
 }
 
 // CreateSchema creates the lease table table (empty: DefaultTable) and the
-// audit table if they do not exist, then checks the lease table's definition
-// with CheckSchema: an existing table created otherwise (a latin1 column, a
-// case-insensitive collation, DATETIME instead of TIMESTAMP, an auto-updating
-// timestamp) is reported, not silently used. Idempotent.
+// audit table if they do not exist, checks the lease table's definition
+// with CheckSchema (an existing table created otherwise: a latin1 column, a
+// case-insensitive collation, DATETIME instead of TIMESTAMP, an
+// auto-updating timestamp, is reported, not silently used), then adds the
+// WriteCounter column to a lease table that predates it (one ALTER TABLE;
+// existing rows get 0). Idempotent.
 func CreateSchema(ctx context.Context, db *sql.DB, table string) error {
 	if table == "" {
 		table = DefaultTable
@@ -95,7 +109,52 @@ func CreateSchema(ctx context.Context, db *sql.DB, table string) error {
 			return fmt.Errorf("lease: creating schema: %w", err)
 		}
 	}
-	return checkSchema(ctx, c, table)
+	// Checked first: a table refused for another reason is left as it was.
+	if err := checkSchema(ctx, c, table); err != nil {
+		return err
+	}
+	return addWriteCounter(ctx, c, table)
+}
+
+// addWriteCounter adds WriteCounter to a lease table without it. The check
+// goes through information_schema because MySQL has no ADD COLUMN IF NOT
+// EXISTS; two inits racing may both ALTER, and the loser's duplicate-column
+// error (1060) means the column is there.
+func addWriteCounter(ctx context.Context, c *sql.Conn, table string) error {
+	schema, name, err := splitTable(ctx, c, table)
+	if err != nil {
+		return err
+	}
+	var n int
+	if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+		schema, name, WriteCounter).Scan(&n); err != nil {
+		return fmt.Errorf("lease: checking schema: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err = c.ExecContext(ctx, "ALTER TABLE "+quoteTable(schema+"."+name)+" ADD COLUMN "+WriteCounter+" BIGINT UNSIGNED NOT NULL DEFAULT 0")
+	var me *mysql.MySQLError
+	if err != nil && !(errors.As(err, &me) && me.Number == 1060) {
+		return fmt.Errorf("lease: adding %s to %s.%s: %w", WriteCounter, schema, name, err)
+	}
+	return nil
+}
+
+// splitTable qualifies table with the connection's database if needed.
+func splitTable(ctx context.Context, c *sql.Conn, table string) (schema, name string, err error) {
+	schema, name, qualified := strings.Cut(table, ".")
+	if qualified {
+		return schema, name, nil
+	}
+	var cur sql.NullString
+	if err := c.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
+		return "", "", fmt.Errorf("lease: checking schema: %w", err)
+	}
+	if !cur.Valid {
+		return "", "", fmt.Errorf("lease: table %s is unqualified and the connection has no default database", table)
+	}
+	return cur.String, table, nil
 }
 
 // CheckSchema verifies that the lease table exists and has the definition
@@ -119,22 +178,15 @@ func CheckSchema(ctx context.Context, db *sql.DB, table string) error {
 }
 
 func checkSchema(ctx context.Context, c *sql.Conn, table string) error {
-	schema, name, qualified := strings.Cut(table, ".")
-	if !qualified {
-		var cur sql.NullString
-		if err := c.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
-			return fmt.Errorf("lease: checking schema: %w", err)
-		}
-		if !cur.Valid {
-			return fmt.Errorf("lease: table %s is unqualified and the connection has no default database", table)
-		}
-		schema, name = cur.String, table
+	schema, name, err := splitTable(ctx, c, table)
+	if err != nil {
+		return err
 	}
 	if err := checkSysdate(ctx, c); err != nil {
 		return err
 	}
 	var engine sql.NullString
-	err := c.QueryRowContext(ctx,
+	err = c.QueryRowContext(ctx,
 		"SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
 		schema, name).Scan(&engine)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -145,7 +197,8 @@ func checkSchema(ctx context.Context, c *sql.Conn, table string) error {
 	}
 	rows, err := c.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE,
   COALESCE(CHARACTER_MAXIMUM_LENGTH, 0), COALESCE(DATETIME_PRECISION, 0),
-  COALESCE(CHARACTER_SET_NAME, ''), COALESCE(COLLATION_NAME, ''), IS_NULLABLE, COLUMN_KEY, EXTRA
+  COALESCE(CHARACTER_SET_NAME, ''), COALESCE(COLLATION_NAME, ''), IS_NULLABLE, COLUMN_KEY, EXTRA,
+  COLUMN_DEFAULT IS NOT NULL
 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, schema, name)
 	if err != nil {
 		return fmt.Errorf("lease: checking schema: %w", err)
@@ -154,6 +207,7 @@ FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, sche
 	type column struct {
 		dataType, colType, charset, collation, nullable, key, extra string
 		length, precision                                           int64
+		hasDefault                                                  bool
 	}
 	cols := map[string]column{}
 	var pk []string
@@ -161,7 +215,7 @@ FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, sche
 		var n string
 		var col column
 		if err := rows.Scan(&n, &col.dataType, &col.colType, &col.length, &col.precision,
-			&col.charset, &col.collation, &col.nullable, &col.key, &col.extra); err != nil {
+			&col.charset, &col.collation, &col.nullable, &col.key, &col.extra, &col.hasDefault); err != nil {
 			return fmt.Errorf("lease: checking schema: %w", err)
 		}
 		n = strings.ToLower(n)
@@ -215,6 +269,14 @@ FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, sche
 				bad("leased_until has %q: it must change only when a lease operation sets it (fix, in a session with explicit_defaults_for_timestamp=1: ALTER TABLE %s MODIFY leased_until TIMESTAMP(3) NOT NULL)",
 					col.extra, quoteTable(table))
 			}
+		}
+	}
+	// Optional (a table from before it works everywhere but on Galera, where
+	// the proxy refuses fenced writes until init adds it), but when present
+	// the lease INSERT relies on its default and the guard on its type.
+	if col, ok := cols[WriteCounter]; ok {
+		if col.dataType != "bigint" || !strings.Contains(col.colType, "unsigned") || col.nullable != "NO" || !col.hasDefault {
+			bad("%s is %s (nullable %s), want BIGINT UNSIGNED NOT NULL DEFAULT 0", WriteCounter, col.colType, col.nullable)
 		}
 	}
 	if len(pk) != 1 || pk[0] != "lease_name" {

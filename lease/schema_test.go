@@ -111,3 +111,81 @@ func TestCheckSchemaRefusesUnsafeTables(t *testing.T) {
 		t.Fatalf("the created table: %v", err)
 	}
 }
+
+// A lease table made before the write counter existed gets it from
+// CreateSchema (fenceproxy init), with its rows and leases intact.
+func TestCreateSchemaAddsTheWriteCounter(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.root.ExecContext(ctxT(t), `CREATE TABLE old_leases (
+		lease_name VARCHAR(191) NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL,
+		fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`); err != nil {
+		t.Fatal(err)
+	}
+	old, err := lease.NewStore(e.app, "old_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustAcquire(t, old, "before", long)
+	if err := lease.CheckSchema(ctxT(t), e.app, "old_leases"); err != nil {
+		t.Fatalf("a table without %s is valid (single-server engines do not need it): %v", lease.WriteCounter, err)
+	}
+	for i := 0; i < 2; i++ { // idempotent
+		if err := lease.CreateSchema(ctxT(t), e.app, "old_leases"); err != nil {
+			t.Fatalf("CreateSchema over the old table: %v", err)
+		}
+	}
+	var colType, nullable, def string
+	if err := e.root.QueryRowContext(ctxT(t), `SELECT COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'old_leases' AND COLUMN_NAME = ?`, lease.WriteCounter).Scan(&colType, &nullable, &def); err != nil {
+		t.Fatalf("%s after CreateSchema: %v", lease.WriteCounter, err)
+	}
+	if colType != "bigint(20) unsigned" && colType != "bigint unsigned" || nullable != "NO" || def != "0" {
+		t.Errorf("%s is %s nullable=%s default=%s", lease.WriteCounter, colType, nullable, def)
+	}
+	var writes int
+	if err := e.root.QueryRowContext(ctxT(t), "SELECT fence_writes FROM old_leases WHERE lease_name = 'before'").Scan(&writes); err != nil || writes != 0 {
+		t.Fatalf("existing row's counter: %d, %v", writes, err)
+	}
+	// The lease taken before the migration is still held and usable.
+	if st := mustGet(t, old, "before"); !st.Held || st.Token != l.Token || st.Owner != l.Owner {
+		t.Fatalf("lease after the migration: %+v", st)
+	}
+	if _, err := old.Renew(ctxT(t), l, long); err != nil {
+		t.Fatalf("Renew after the migration: %v", err)
+	}
+	if err := old.Release(ctxT(t), l); err != nil {
+		t.Fatalf("Release after the migration: %v", err)
+	}
+	if l2 := mustAcquire(t, old, "before", long); l2.Token != l.Token+1 {
+		t.Fatalf("re-acquired at token %d, want %d", l2.Token, l.Token+1)
+	}
+	if l3 := mustAcquire(t, old, "new", long); l3.Token != 1 {
+		t.Fatalf("new lease at token %d", l3.Token)
+	}
+}
+
+func TestCheckSchemaRefusesABadWriteCounter(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ name, col string }{
+		{"nullable", "fence_writes BIGINT UNSIGNED NULL"},
+		{"signed", "fence_writes BIGINT NOT NULL DEFAULT 0"},
+		{"no default", "fence_writes BIGINT UNSIGNED NOT NULL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := e.root.ExecContext(ctxT(t), "DROP TABLE IF EXISTS t"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.root.ExecContext(ctxT(t), `CREATE TABLE t (
+				lease_name VARCHAR(191) NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL,
+				fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL, `+tc.col+`
+			) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`); err != nil {
+				t.Fatal(err)
+			}
+			err := lease.CheckSchema(ctxT(t), e.app, "t")
+			if !errors.Is(err, lease.ErrSchema) || !strings.Contains(err.Error(), lease.WriteCounter) {
+				t.Fatalf("CheckSchema with %s: %v, want ErrSchema naming %s", tc.col, err, lease.WriteCounter)
+			}
+		})
+	}
+}

@@ -19,6 +19,10 @@ func (e *backendError) Error() string {
 	return fmt.Sprintf("backend error %d (%s): %s", e.code, e.state, e.msg)
 }
 
+// ErrorNumber is the server's error number: lease.IsConflict reads it to
+// retry the SQL lease functions' statements on Galera's 1213.
+func (e *backendError) ErrorNumber() uint16 { return e.code }
+
 // backendQuery runs sql on the client's backend connection for the proxy's
 // own purposes (lease checks, lease functions) and returns the rows of its
 // result (text protocol). Nothing of it reaches the client; the session's

@@ -101,7 +101,8 @@ func newInitCommand(stdout, _ io.Writer) *cobra.Command {
 		Short: "Create the lease and audit tables (or check existing ones)",
 		Long: "init creates the lease table and the audit table in the DSN's database (or the schema of\n" +
 			"--table), and refuses an existing lease table whose definition would make fencing unsafe\n" +
-			"or slow. Run it once per schema that holds protected tables.",
+			"or slow. An existing lease table without the fence_writes column (which fenced writes bump\n" +
+			"on MariaDB Galera) gets it. Run it once per schema that holds protected tables.",
 		Args: exactArgs(0, ""),
 		RunE: func(*cobra.Command, []string) error {
 			if err := lease.ValidateTable(lf.table); err != nil {

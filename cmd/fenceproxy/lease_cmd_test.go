@@ -210,6 +210,33 @@ func TestInitRefusesAnUnsafeTable(t *testing.T) {
 	}
 }
 
+// init over a lease table from before the write counter adds the column
+// and keeps the leases.
+func TestInitAddsTheWriteCounter(t *testing.T) {
+	srv := dbtest.Shared(t)
+	db := dbtest.NewDatabase(t, srv)
+	root := dbtest.Open(t, srv.RootDSN(db))
+	for _, q := range []string{`CREATE TABLE fenced_job_leases (
+		lease_name VARCHAR(191) NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL,
+		fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		"INSERT INTO fenced_job_leases VALUES ('old', 'o', 7, SYSDATE(3) + INTERVAL 1 HOUR)",
+	} {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := cli(t, "init", "--dsn", srv.DSN(dbserver.AppUser, dbserver.AppPassword, db))
+	wantCode(t, r, 0, "init over a table without fence_writes")
+	var token, writes int
+	if err := root.QueryRow("SELECT fence_token, fence_writes FROM fenced_job_leases WHERE lease_name = 'old'").Scan(&token, &writes); err != nil {
+		t.Fatalf("after init: %v", err)
+	}
+	if token != 7 || writes != 0 {
+		t.Fatalf("after init: token %d, fence_writes %d", token, writes)
+	}
+}
+
 func TestParseTTL(t *testing.T) {
 	for in, want := range map[string]string{"30s": "30s", "30": "30s", "1.5": "1.5s", "1m30s": "1m30s", "0.25": "250ms"} {
 		d, err := parseTTL(in)
