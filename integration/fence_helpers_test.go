@@ -117,7 +117,7 @@ func (e *fencedEnv) awaitExpired(t *testing.T, name string) {
 // next acquire gets n+1.
 func (e *fencedEnv) setToken(t *testing.T, name string, n uint64) {
 	t.Helper()
-	mustExec(t, e.root, "INSERT INTO fenced_job_leases VALUES (?, 'nobody', ?, SYSDATE(3) - INTERVAL 1 SECOND) "+
+	mustExec(t, e.root, "INSERT INTO fenced_job_leases (lease_name, owner_token, fence_token, leased_until) VALUES (?, 'nobody', ?, SYSDATE(3) - INTERVAL 1 SECOND) "+
 		"ON DUPLICATE KEY UPDATE fence_token = VALUES(fence_token), leased_until = VALUES(leased_until)", name, n)
 }
 
