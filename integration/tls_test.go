@@ -189,7 +189,7 @@ func TestBackendTLSModes(t *testing.T) {
 		{"verify-full wrong server_name", ts.Addr, []string{"tls: verify-full", "ca_file: " + ts.Certs.CAFile, "server_name: wrong.example"},
 			false, 2026, "wrong.example"},
 		{"verify-ca unknown CA", ts.Addr, []string{"tls: verify-ca", "ca_file: " + other.CAFile}, false, 2026, "certificate"},
-		{"required without TLS", plain.Addr, []string{"tls: required"}, false, 2026, "does not offer TLS"},
+		{"required without TLS", plain.Addr, []string{"tls: required"}, false, 9001, "does not offer TLS"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
