@@ -29,6 +29,13 @@ func parseOne(text string, mode lexMode) (n ast.StmtNode, err error) {
 			n, err = nil, errPanic
 			return
 		}
+		// The parser keeps its value stack between parses, and the next
+		// parse sets text offsets on whatever expressions that stack still
+		// points to: nodes of the AST returned here, which the caller goes
+		// on reading (a data race when another goroutine borrows the
+		// parser, and wrong offsets in the same goroutine). Reset clears
+		// the stack.
+		p.Reset()
 		parsers.Put(p)
 	}()
 	var m mysql.SQLMode
