@@ -50,10 +50,14 @@ func (c *clientConn) guardOf(st *rewrite.Stmt) *rewrite.Fence {
 	return nil
 }
 
-// hasGuarded reports whether any statement of a packet must be guarded.
+// hasGuarded reports whether any statement of a packet must be guarded,
+// or prepares a guarded write by name: an EXECUTE of it later in the same
+// packet finds it in c.named only once the PREPARE has run, so such a
+// packet runs one statement at a time too.
 func (c *clientConn) hasGuarded(stmts []rewrite.Stmt) bool {
 	for i := range stmts {
-		if c.guardOf(&stmts[i]) != nil {
+		st := &stmts[i]
+		if c.guardOf(st) != nil || st.Kind == rewrite.Prepare && st.Fence != nil && st.Fence.Guard {
 			return true
 		}
 	}
