@@ -97,37 +97,43 @@ func TestRejectionReasons(t *testing.T) {
 	mustExec(t, e.root, "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-10', 10)")
 	update := "UPDATE invoices SET amount = amount + 1 WHERE customer = 'acme'"
 
-	t.Run("no_fence", func(t *testing.T) {
-		c := e.session(t)
-		expectRejected(t, e, c, update, audit.NoFence)
-	})
-	t.Run("lease_missing", func(t *testing.T) {
-		c := e.session(t)
-		mustExec(t, c, "SET @fence_lease = 'never-acquired', @fence_owner = 'x', @fence_token = 1")
-		expectRejected(t, e, c, update, audit.LeaseMissing)
-	})
-	t.Run("expired", func(t *testing.T) {
-		c := e.session(t)
-		l := e.acquire(t, "invoice:acme:expired", 300*time.Millisecond)
-		setFence(t, c, l)
-		e.awaitExpired(t, l.Name)
-		expectRejected(t, e, c, update, audit.Expired)
-	})
-	t.Run("owner_mismatch", func(t *testing.T) {
-		c := e.session(t)
-		l := e.acquire(t, "invoice:acme:owner", time.Minute)
-		l.Owner = "OWNER-" + strings.ToUpper(l.Owner) // binary compare: case and padding matter
-		setFence(t, c, l)
-		expectRejected(t, e, c, update, audit.OwnerMismatch)
-	})
-	t.Run("stale_token", func(t *testing.T) {
-		c := e.session(t)
-		l := e.acquire(t, "invoice:acme:stale", 300*time.Millisecond)
-		setFence(t, c, l)
-		e.awaitExpired(t, l.Name)
-		e.acquire(t, l.Name, time.Minute)
-		expectRejected(t, e, c, update, audit.StaleToken)
-	})
+	// UPDATE is checked after it changed 0 rows; INSERT by its guard first.
+	for _, w := range []struct{ name, q string }{
+		{"update", update},
+		{"insert", "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-11', 1)"},
+	} {
+		t.Run(w.name+": no_fence", func(t *testing.T) {
+			c := e.session(t)
+			expectRejected(t, e, c, w.q, audit.NoFence)
+		})
+		t.Run(w.name+": lease_missing", func(t *testing.T) {
+			c := e.session(t)
+			mustExec(t, c, "SET @fence_lease = 'never-acquired', @fence_owner = 'x', @fence_token = 1")
+			expectRejected(t, e, c, w.q, audit.LeaseMissing)
+		})
+		t.Run(w.name+": expired", func(t *testing.T) {
+			c := e.session(t)
+			l := e.acquire(t, "invoice:acme:expired"+w.name, 300*time.Millisecond)
+			setFence(t, c, l)
+			e.awaitExpired(t, l.Name)
+			expectRejected(t, e, c, w.q, audit.Expired)
+		})
+		t.Run(w.name+": owner_mismatch", func(t *testing.T) {
+			c := e.session(t)
+			l := e.acquire(t, "invoice:acme:owner"+w.name, time.Minute)
+			l.Owner = "OWNER-" + strings.ToUpper(l.Owner) // binary compare: case and padding matter
+			setFence(t, c, l)
+			expectRejected(t, e, c, w.q, audit.OwnerMismatch)
+		})
+		t.Run(w.name+": stale_token", func(t *testing.T) {
+			c := e.session(t)
+			l := e.acquire(t, "invoice:acme:stale"+w.name, 300*time.Millisecond)
+			setFence(t, c, l)
+			e.awaitExpired(t, l.Name)
+			e.acquire(t, l.Name, time.Minute)
+			expectRejected(t, e, c, w.q, audit.StaleToken)
+		})
+	}
 	t.Run("valid fence, nothing matched: not a rejection", func(t *testing.T) {
 		c := e.session(t)
 		l := e.acquire(t, "invoice:acme:valid", time.Minute)
