@@ -63,6 +63,12 @@ type Session struct {
 	// directly followed by one of those is refused (while the policy
 	// protects anything); every other packet reads exactly as in UTF-8.
 	UnsafeCharset bool
+
+	// TablesLocked: the session holds table locks (LOCK TABLES, FLUSH
+	// TABLES t WITH READ LOCK). Every statement then takes the slow path,
+	// so that the proxy sees each one that may release them (BEGIN, START
+	// TRANSACTION, COMMIT AND CHAIN, ...). Decisions do not depend on it.
+	TablesLocked bool
 }
 
 // Action is what the proxy does with a packet.
@@ -148,7 +154,34 @@ type Stmt struct {
 	// effects); nil when it matters to nobody. EXECUTE of that name has
 	// this effect.
 	Prepared *Stmt
+
+	// Locks: what the statement does to the session's table locks, for the
+	// proxy's tracking of LOCK TABLES.
+	Locks LockEffect
 }
+
+// LockEffect is what a statement does to the session's table locks.
+type LockEffect uint8
+
+const (
+	LocksKept LockEffect = iota
+	// LocksTaken: LOCK TABLES, FLUSH TABLES t WITH READ LOCK / FOR EXPORT.
+	// After success the session holds table locks. After an error it may
+	// or may not (the server releases the old locks before it opens the
+	// new tables): the proxy then assumes none, except for errors raised
+	// before anything ran (syntax, duplicate alias).
+	LocksTaken
+	// LocksReleased: UNLOCK TABLES, BEGIN, START TRANSACTION, COMMIT AND
+	// CHAIN, ROLLBACK AND CHAIN: after success the session holds none.
+	LocksReleased
+	// LocksReleasedIfChained: COMMIT, ROLLBACK. They release table locks
+	// only when they chain a new transaction (completion_type = CHAIN),
+	// which the OK packet's in-transaction flag shows.
+	LocksReleasedIfChained
+	// LocksMaybeReleased: CALL and compound statements may start a
+	// transaction inside; the proxy assumes the locks are gone.
+	LocksMaybeReleased
+)
 
 // Fence describes a protected write: which tables, under which leases.
 type Fence struct {

@@ -3,6 +3,8 @@ package rewrite
 import (
 	"strings"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/policy"
 )
 
 // Each of these tries to get a write to a protected table past the
@@ -256,4 +258,117 @@ func guardedWrites(d Decision) bool {
 		n++
 	}
 	return n > 0
+}
+
+// Statements that would move the fence they are checked against, or stall
+// a lease by locking its row: each must be refused, under every protocol,
+// also when its shape was seen before. The fenced form of these would be
+// no defence (the fence reads what the statement assigned; a locked lease
+// row makes the holder wait), so "fenced" does not count here.
+func TestFenceCannotBeMovedOrBlocked(t *testing.T) {
+	e := New(testPolicy(t), Options{CacheEntries: -1, ShapeEntries: 4096})
+	custom, err := policy.NewPolicy(1, policy.Fencing{Variables: policy.Variables{Lease: "job_l", Owner: "job_o", Token: "job_t"}},
+		[]policy.Table{{Name: "app.invoices"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := New(custom, Options{CacheEntries: -1, ShapeEntries: 4096})
+	const moved, locks, reads = "assigns", "locks rows of a lease table", "reads a lease table"
+	cases := []struct {
+		name, sql, why string
+		prep           bool
+		e              *Engine
+	}{
+		{name: "issue repro", why: moved, sql: "UPDATE invoices SET paid = 1 WHERE id=1 AND (@fence_token := (SELECT fence_token FROM fenced_job_leases WHERE lease_name = 'x')) AND (@fence_owner := (SELECT owner_token FROM fenced_job_leases WHERE lease_name = 'x')) IS NOT NULL"},
+		{name: "same shape other literal", why: moved, sql: "UPDATE invoices SET paid = 2 WHERE id=3 AND (@fence_token := (SELECT fence_token FROM fenced_job_leases WHERE lease_name = 'y')) AND (@fence_owner := (SELECT owner_token FROM fenced_job_leases WHERE lease_name = 'y')) IS NOT NULL"},
+		{name: "lease variable", why: moved, sql: "DELETE FROM invoices WHERE (@fence_lease := 'other') IS NOT NULL"},
+		{name: "mixed case", why: moved, sql: "UPDATE invoices SET paid = (@Fence_Token := 9)"},
+		{name: "backquoted", why: moved, sql: "UPDATE invoices SET paid = (@`fence_token` := 9)"},
+		{name: "single quoted", why: moved, sql: "UPDATE invoices SET paid = (@'fence_token' := 9)"},
+		{name: "double quoted", why: moved, sql: `UPDATE invoices SET paid = (@"fence_token" := 9)`},
+		{name: "escaped letter in quoted name", why: moved, sql: `UPDATE invoices SET paid = (@'fence_t\oken' := 9)`},
+		{name: "not ascii", why: moved, sql: "UPDATE invoices SET paid = (@`fence_\xe2\x84\xaaoken` := 9)"},
+		{name: "executable comment", why: moved, sql: "UPDATE invoices SET paid = 1 WHERE @fence_token /*!:= 5 */"},
+		{name: "mariadb executable comment", why: moved, sql: "UPDATE invoices SET paid = 1 WHERE @fence_token /*M!100000 := 5 */"},
+		{name: "comment before operator", why: moved, sql: "UPDATE invoices SET paid = 1 WHERE (@fence_token/* x */:= 5)"},
+		{name: "insert select list", why: moved, sql: "INSERT INTO invoices (id) SELECT @fence_token := 5"},
+		{name: "insert values", why: moved, sql: "INSERT INTO invoices (id) VALUES (@fence_owner := 'o')"},
+		{name: "replace", why: moved, sql: "REPLACE INTO invoices (id) VALUES (@fence_token := 1)"},
+		{name: "odku", why: moved, sql: "INSERT INTO invoices (id) VALUES (1) ON DUPLICATE KEY UPDATE paid = (@fence_token := 2)"},
+		{name: "multi-table update", why: moved, sql: "UPDATE staging s JOIN invoices i ON i.id = s.id SET i.paid = (@fence_token := s.v)"},
+		{name: "cte", why: moved, sql: "WITH x AS (SELECT @fence_token := 5 AS v) UPDATE invoices SET paid = 1 WHERE id IN (SELECT v FROM x)"},
+		{name: "second statement of a packet", why: moved, sql: "SELECT 1; DELETE FROM invoices WHERE (@fence_token := 5)"},
+		{name: "binary protocol", why: moved, prep: true, sql: "UPDATE invoices SET paid = ? WHERE (@fence_token := ?) > 0"},
+		{name: "sql prepare", why: moved, sql: "PREPARE s FROM 'UPDATE invoices SET paid = 1 WHERE (@fence_token := 5) > 0'"},
+		{name: "execute immediate", why: moved, sql: "EXECUTE IMMEDIATE 'UPDATE invoices SET paid = 1 WHERE (@fence_token := 5) > 0'"},
+		{name: "configured variable names", why: moved, e: ec, sql: "UPDATE invoices SET paid = 1 WHERE (@JOB_T := 5) > 0"},
+		{name: "compound statement", why: "compound", sql: "BEGIN NOT ATOMIC SET @fence_token = 5; UPDATE invoices SET paid = 1; END"},
+		{name: "stored function with configured names", why: "stored program", e: ec, sql: "CREATE FUNCTION f() RETURNS INT BEGIN SET @job_t = 5; RETURN 1; END"},
+
+		{name: "for update", why: locks, sql: "SELECT * FROM fenced_job_leases FOR UPDATE"},
+		{name: "for update qualified quoted", why: locks, sql: "SELECT * FROM `APP` . `FENCED_JOB_LEASES` WHERE lease_name = 'x' FOR UPDATE"},
+		{name: "for update nowait", why: locks, sql: "SELECT 1 FROM fenced_job_leases FOR UPDATE NOWAIT"},
+		{name: "for update wait", why: locks, sql: "SELECT 1 FROM fenced_job_leases FOR UPDATE WAIT 1"},
+		{name: "skip locked", why: locks, sql: "SELECT 1 FROM fenced_job_leases FOR UPDATE SKIP LOCKED"},
+		{name: "share mode", why: locks, sql: "select 1 from fenced_job_leases lock in share mode"},
+		{name: "for share mysql", why: locks, sql: "SELECT 1 FROM fenced_job_leases FOR SHARE"},
+		{name: "subquery", why: locks, sql: "SELECT * FROM staging WHERE EXISTS (SELECT 1 FROM fenced_job_leases FOR UPDATE)"},
+		{name: "derived table", why: locks, sql: "SELECT * FROM (SELECT * FROM fenced_job_leases FOR UPDATE) d"},
+		{name: "in executable comment", why: locks, sql: "SELECT * FROM fenced_job_leases /*!50000 FOR UPDATE */"},
+		{name: "whole statement in comment", why: locks, sql: "/*!SELECT * FROM fenced_job_leases FOR UPDATE */"},
+		{name: "binary protocol lock", why: locks, prep: true, sql: "SELECT * FROM fenced_job_leases WHERE lease_name = ? FOR UPDATE"},
+		{name: "prepare literal lock", why: locks, sql: "PREPARE s FROM 'SELECT * FROM fenced_job_leases FOR UPDATE'"},
+		{name: "execute immediate lock", why: locks, sql: "EXECUTE IMMEDIATE 'SELECT * FROM fenced_job_leases FOR UPDATE'"},
+		{name: "other schema's lease table", why: locks, sql: "SELECT * FROM billing.fenced_job_leases FOR UPDATE"},
+		{name: "after use", why: locks, sql: "USE billing; SELECT * FROM fenced_job_leases FOR UPDATE"},
+		{name: "insert select", why: reads, sql: "INSERT INTO staging SELECT * FROM fenced_job_leases"},
+		{name: "create table select", why: reads, sql: "CREATE TABLE s2 SELECT * FROM fenced_job_leases"},
+		{name: "multi-table update", why: reads, sql: "UPDATE staging, fenced_job_leases l SET staging.v = l.fence_token"},
+		{name: "delete in subquery", why: reads, sql: "DELETE FROM staging WHERE id IN (SELECT fence_token FROM fenced_job_leases)"},
+		{name: "set subquery", why: reads, sql: "SET @t = (SELECT fence_token FROM fenced_job_leases LIMIT 1)"},
+		{name: "lock tables", why: "LOCK TABLES of a lease table", sql: "LOCK TABLES fenced_job_leases READ"},
+		{name: "lock tables quoted", why: "LOCK TABLES of a lease table", sql: "LOCK TABLE `app`.`Fenced_Job_Leases` AS l WRITE"},
+		{name: "flush tables", why: reads, sql: "FLUSH TABLES fenced_job_leases WITH READ LOCK"},
+		{name: "flush for export", why: "mentions", sql: "FLUSH TABLES app.fenced_job_leases FOR EXPORT"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := e
+			if tc.e != nil {
+				eng = tc.e
+			}
+			for run := 1; run <= 2; run++ {
+				sess := *appSession()
+				var d Decision
+				if tc.prep {
+					d = eng.Prepare([]byte(tc.sql), maria, &sess)
+				} else {
+					d = eng.Query([]byte(tc.sql), maria, &sess)
+				}
+				if d.Action != Refuse {
+					t.Fatalf("run %d: not refused (action %d): %s", run, d.Action, d.SQL)
+				}
+				if !strings.Contains(d.Refusal.Reason, tc.why) {
+					t.Fatalf("run %d: refused for another reason: %s", run, d.Refusal.Error())
+				}
+			}
+		})
+	}
+	// What stays allowed.
+	for _, sql := range []string{
+		"SELECT * FROM fenced_job_leases",
+		"SELECT fence_token, owner_token INTO @fence_token, @fence_owner FROM fenced_job_leases WHERE lease_name = 'x'",
+		"SET @fence_token = 5; UPDATE invoices SET paid = 1",
+		"UPDATE invoices SET paid = (@n := @n + 1)",
+		"SHOW CREATE TABLE fenced_job_leases",
+		"DESCRIBE fenced_job_leases",
+		"EXPLAIN SELECT * FROM fenced_job_leases",
+		"SELECT * FROM staging FOR UPDATE",
+		"LOCK TABLES invoices WRITE",
+	} {
+		sess := *appSession()
+		if d := e.Query([]byte(sql), maria, &sess); d.Action == Refuse {
+			t.Errorf("%q refused: %s", sql, d.Refusal.Error())
+		}
+	}
 }

@@ -196,7 +196,9 @@ func TestLiveGolden(t *testing.T) {
 					t.Errorf("%s %q: the second decision differs:\n%s", filepath.Base(path), c.name, diff)
 				}
 			}
-			if d.Action != Send {
+			if d.Action != Send || lockTables(d) {
+				// LOCK TABLES would make the comparison's own reads fail:
+				// integration/locktables_test.go runs it with writes.
 				continue
 			}
 			conn, err := db.Conn(ctx)
@@ -247,4 +249,13 @@ func TestLiveGolden(t *testing.T) {
 		}
 	}
 	t.Logf("%d fenced statements checked on the server", checked)
+}
+
+func lockTables(d Decision) bool {
+	for _, s := range d.Stmts {
+		if s.Locks == LocksTaken {
+			return true
+		}
+	}
+	return false
 }

@@ -38,6 +38,13 @@ func New(p *policy.Policy, opts Options) *Engine {
 	}
 	e := &Engine{pol: p}
 	words := []string{"fence_", "sql_mode", "character_set_client"}
+	// Configured fence variable names: a stored program that sets them is
+	// refused like one that mentions a lease function (programBody).
+	for _, v := range []string{p.Vars.Lease, p.Vars.Owner, p.Vars.Token} {
+		if v != "" {
+			words = append(words, v)
+		}
+	}
 	e.leases = map[string]*policy.Table{}
 	for _, t := range p.Tables {
 		words = append(words, t.Table)
@@ -144,6 +151,9 @@ func (e *Engine) uncached(sql []byte, srv Server, s Session, prepare bool, ctx *
 // ANSI_QUOTES or NO_BACKSLASH_ESCAPES is unknown and the text has a byte
 // whose meaning depends on it, both readings must pass.
 func (e *Engine) fastAll(sql []byte, srv Server, s Session) bool {
+	if s.TablesLocked {
+		return false
+	}
 	ansi := readings(s.ANSIQuotes, sql, '"')
 	nbe := readings(s.NoBackslashEscapes, sql, '\\')
 	for _, a := range ansi {
@@ -234,7 +244,7 @@ func sameDecision(a, b Decision) bool {
 func sameStmt(x, y *Stmt) bool {
 	if x.Kind != y.Kind || x.Span != y.Span || x.Schema != y.Schema || x.ANSIQuotes != y.ANSIQuotes ||
 		x.NoBackslashEscapes != y.NoBackslashEscapes || x.UnsafeCharset != y.UnsafeCharset ||
-		x.SetsCharset != y.SetsCharset || x.Name != y.Name {
+		x.SetsCharset != y.SetsCharset || x.Name != y.Name || x.Locks != y.Locks {
 		return false
 	}
 	if (x.Fence == nil) != (y.Fence == nil) || (x.Prepared == nil) != (y.Prepared == nil) {

@@ -54,8 +54,9 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 // fastLeading reports whether a statement that starts with t can take the
 // fast path (when it names nothing protected). Statements that change the
 // session (USE, SET, PREPARE, EXECUTE, DEALLOCATE), DROP (DATABASE, PREPARE),
-// CREATE and ALTER (stored programs may hide dynamic SQL), compound
-// statements and anything unusual go to the slow path.
+// CREATE and ALTER (stored programs may hide dynamic SQL), LOCK and FLUSH
+// (the proxy tracks table locks), compound statements and anything unusual
+// go to the slow path.
 func fastLeading(sql []byte, t token) bool {
 	switch t.kind {
 	case tkOp:
@@ -71,11 +72,9 @@ func fastLeading(sql []byte, t token) bool {
 	case 3:
 		return eqFold(w, "get")
 	case 4:
-		return eqFold(w, "with") || eqFold(w, "show") || eqFold(w, "call") || eqFold(w, "lock") ||
-			eqFold(w, "desc") || eqFold(w, "kill") || eqFold(w, "help")
+		return eqFold(w, "with") || eqFold(w, "show") || eqFold(w, "call") || eqFold(w, "desc") || eqFold(w, "kill") || eqFold(w, "help")
 	case 5:
-		return eqFold(w, "start") || eqFold(w, "begin") || eqFold(w, "check") || eqFold(w, "flush") ||
-			eqFold(w, "table")
+		return eqFold(w, "start") || eqFold(w, "begin") || eqFold(w, "check") || eqFold(w, "table")
 	case 6:
 		return eqFold(w, "select") || eqFold(w, "insert") || eqFold(w, "update") || eqFold(w, "delete") ||
 			eqFold(w, "commit") || eqFold(w, "unlock") || eqFold(w, "values") || eqFold(w, "signal")

@@ -133,6 +133,8 @@ func (c *goldenCase) applyHeader(t *testing.T, l string) {
 				c.sess.NoBackslashEscapes = tri
 			case "unsafe":
 				c.sess.UnsafeCharset = v == "yes"
+			case "locked":
+				c.sess.TablesLocked = v == "yes"
 			}
 		}
 	case "prepare":
@@ -183,6 +185,9 @@ func render(e *Engine, c *goldenCase, d Decision) string {
 var kindNames = map[StmtKind]string{Other: "other", Write: "write", Use: "use", SetSQLMode: "sql_mode",
 	SetCharset: "charset", Prepare: "prepare", Execute: "execute", Deallocate: "deallocate", Call: "call"}
 
+var lockNames = map[LockEffect]string{LocksTaken: "taken", LocksReleased: "released",
+	LocksReleasedIfChained: "released_if_chained", LocksMaybeReleased: "maybe_released"}
+
 func renderStmt(s *Stmt, span bool) string {
 	var b strings.Builder
 	b.WriteString("stmt " + kindNames[s.Kind])
@@ -213,6 +218,9 @@ func renderStmt(s *Stmt, span bool) string {
 		if s.Fence.Rows {
 			b.WriteString(" rows")
 		}
+	}
+	if s.Locks != LocksKept {
+		b.WriteString(" locks=" + lockNames[s.Locks])
 	}
 	if s.Prepared != nil {
 		b.WriteString(" prepared=(" + renderStmt(s.Prepared, false) + ")")

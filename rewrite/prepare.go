@@ -205,7 +205,7 @@ func (in *stmtIn) innerDecision(src stringSource) (innerResult, *stmtRes) {
 		}
 		out.edits = []edit{{pos: src.replaceFrom, end: in.toks[src.last].end, text: q}}
 	}
-	if len(d.Stmts) > 0 && d.Stmts[0].Kind != Other {
+	if len(d.Stmts) > 0 && (d.Stmts[0].Kind != Other || d.Stmts[0].Locks != LocksKept) {
 		s := d.Stmts[0]
 		out.stmt = &s
 	}

@@ -64,6 +64,28 @@ func (in *stmtIn) refuse(table, reason string) stmtRes {
 
 // decide is the verdict on one statement with at least one token.
 func (in *stmtIn) decide() stmtRes {
+	res := in.decideStmt()
+	if res.refusal != nil || res.call != nil {
+		return res
+	}
+	if r := in.leaseLockRefusal(); r != nil {
+		return *r
+	}
+	if res.stmt.Locks == LocksKept {
+		locks, r := in.lockEffect(res.stmt.Kind)
+		if r != nil {
+			return *r
+		}
+		res.stmt.Locks = locks
+	}
+	if res.stmt.Locks != LocksKept {
+		res.matters = true
+	}
+	return res
+}
+
+// decideStmt is decide without the checks every statement gets.
+func (in *stmtIn) decideStmt() stmtRes {
 	e := in.pc.e
 	// Lease functions: only the exact SELECT fence_xxx(...) shape.
 	if i := in.leaseMention(); i >= 0 {
@@ -81,6 +103,8 @@ func (in *stmtIn) decide() stmtRes {
 		return in.deallocateStmt()
 	case in.kw(0, "use"):
 		return in.useStmt()
+	case in.kw(0, "lock"):
+		return in.lockTablesStmt()
 	case in.kw(0, "binlog") && e.hasTables():
 		return in.refuse("", "BINLOG events cannot be checked for writes to protected tables")
 	case in.kw(0, "call"):

@@ -35,6 +35,12 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 				"(SELECT fence_acquire(...), fence_renew, fence_release) change it")
 		}
 	}
+	if what, ok := in.assignsFenceVar(); ok {
+		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement assigns "+what+
+			" while it writes a protected table, and the fence reads the fence variables (@"+e.pol.Vars.Lease+", @"+
+			e.pol.Vars.Owner+", @"+e.pol.Vars.Token+") during the statement; set them in a statement of their own "+
+			"(SET @"+e.pol.Vars.Token+" = ..., or SELECT fence_acquire(...)) before the write")
+	}
 	for _, t := range targets {
 		if t.Lease != "" && !safeLease(t.Lease) {
 			return in.refuse(t.Schema+"."+t.Table, "the policy's fixed lease name for this table cannot be written into SQL "+
