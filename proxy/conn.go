@@ -49,10 +49,12 @@ type clientConn struct {
 	// it back), so status may say "in a transaction" wrongly; a guarded
 	// write asks the server again before it relies on it.
 	statusStale bool
-	// tablesLocked: the session holds LOCK TABLES. START TRANSACTION would
-	// unlock them, so a guarded write in autocommit mode then runs its
-	// guard without one (the table lock on the lease table, which the
-	// proxy adds to the client's LOCK TABLES, keeps guard and write atomic).
+	// tablesLocked: the session holds table locks (LOCK TABLES, FLUSH
+	// TABLES t WITH READ LOCK), as far as the proxy can tell: see
+	// setTablesLocked. START TRANSACTION would unlock them, so a guarded
+	// write in autocommit mode then runs its guard without one (the table
+	// lock on the lease table, which the proxy adds to the client's LOCK
+	// TABLES, keeps guard and write atomic).
 	tablesLocked bool
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
@@ -213,6 +215,18 @@ func (c *clientConn) forceClose() {
 	if c.backend != nil {
 		c.backend.conn.Close()
 	}
+}
+
+// setTablesLocked records whether the session holds table locks. Where the
+// server's state is uncertain (a failed LOCK TABLES, a CALL), the proxy
+// says unlocked: a statement that would wrap a write in a transaction of
+// its own then ends the locks (as the server documents for START
+// TRANSACTION) instead of running its guard and its write apart.
+// While tables are locked every statement takes the rewriter's slow path,
+// so that each one that may release them is seen.
+func (c *clientConn) setTablesLocked(v bool) {
+	c.tablesLocked = v
+	c.sess.TablesLocked = v
 }
 
 func (c *clientConn) inTransaction() bool { return c.status&mysql.SERVER_STATUS_IN_TRANS != 0 }

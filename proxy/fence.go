@@ -95,6 +95,7 @@ func (t *tracker) result(idx int, r result) {
 	if st == nil {
 		return
 	}
+	t.applyLocks(st, r)
 	if !r.isErr {
 		t.applyEffect(st)
 		// In shadow mode the lease was checked before the statement went out.
@@ -107,6 +108,45 @@ func (t *tracker) result(idx int, r result) {
 	// A CALL's result sets all belong to it; its OK or ERR ends it.
 	if st.Kind != rewrite.Call || !r.isSet {
 		t.pos++
+	}
+}
+
+// Errors after which a LOCK TABLES kept the session's earlier table locks:
+// the server raised them before it released anything (measured on
+// MariaDB 10.11; 1146, a missing table, came after the release).
+const (
+	erParseError   = 1064
+	erNonuniqTable = 1066
+)
+
+// applyLocks follows the session's table locks through a statement's result.
+func (t *tracker) applyLocks(st *rewrite.Stmt, r result) {
+	c := t.c
+	locks := st.Locks
+	if st.Kind == rewrite.Execute {
+		if ps := c.named[st.Name]; ps != nil {
+			locks = ps.stmt.Locks
+		}
+	}
+	switch locks {
+	case rewrite.LocksTaken:
+		if !r.isErr {
+			c.setTablesLocked(true)
+		} else if r.err.code != erParseError && r.err.code != erNonuniqTable {
+			c.setTablesLocked(false)
+		}
+	case rewrite.LocksReleased:
+		if !r.isErr {
+			c.setTablesLocked(false)
+		}
+	case rewrite.LocksReleasedIfChained:
+		// COMMIT and ROLLBACK chain a new transaction under completion_type
+		// = CHAIN, and a transaction that starts releases the table locks.
+		if !r.isErr && r.ok.status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+			c.setTablesLocked(false)
+		}
+	case rewrite.LocksMaybeReleased:
+		c.setTablesLocked(false)
 	}
 }
 
@@ -353,9 +393,12 @@ func classifySQL(pol *policy.Policy, srv rewrite.Server, tg rewrite.Target, lock
 	if locking && srv.Flavor != rewrite.TiDB {
 		lock = " LOCK IN SHARE MODE"
 	}
+	// The alias is the fence's: under LOCK TABLES the lease table is locked
+	// under that name only.
 	return "SELECT " + missing + ", CAST(" + lease + " AS CHAR), LEFT(SHA2(@" + v.Owner + ", 256), 16), CAST(@" + v.Token +
-		" AS CHAR), (SELECT CONCAT_WS(',', l.fence_token, l.owner_token = @" + v.Owner + ", l.leased_until > SYSDATE(3)) FROM `" +
-		schema + "`.`" + table + "` AS l WHERE l.lease_name = " + lease + lock + ")"
+		" AS CHAR), (SELECT CONCAT_WS(',', fence_l.fence_token, fence_l.owner_token = @" + v.Owner +
+		", fence_l.leased_until > SYSDATE(3)) FROM `" + schema + "`.`" + table + "` AS fence_l WHERE fence_l.lease_name = " +
+		lease + lock + ")"
 }
 
 // auditStale records a rejected (or, in shadow mode, would-be rejected)

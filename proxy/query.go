@@ -282,7 +282,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 			return c.refuse(rt, r, ps.text)
 		}
 	}
-	if ps.stmt.Kind == rewrite.Other {
+	if ps.stmt.Kind == rewrite.Other && ps.stmt.Locks == rewrite.LocksKept {
 		if err := c.forwardCommand(); err != nil {
 			return err
 		}

@@ -81,11 +81,13 @@ func (c *clientConn) changeUserFailed(cu changeUser) {
 }
 
 // forgetSessionState drops what a session reset takes from the server:
-// prepared statements (by id and by name) and the sql_mode the client set.
+// prepared statements (by id and by name), the sql_mode the client set and
+// table locks.
 func (c *clientConn) forgetSessionState() {
 	c.prepared = nil
 	c.named = nil
 	c.sess.ANSIQuotes = rewrite.Unknown
+	c.setTablesLocked(false)
 }
 
 // collationUnsafe reports whether a client character set named by collation
