@@ -324,11 +324,12 @@ func TestFencedWritesUnderLockTables(t *testing.T) {
 }
 
 // TestInsertUnderLockTables: INSERT into a locked protected table, and the
-// session's locks stay exactly the client's afterwards. Once INSERTs are
-// sent after a guard statement wrapped in START TRANSACTION (branch
-// insert-guard), this is what shows the proxy skipping that wrap while
-// tables are locked (START TRANSACTION would release them: the write to the
-// unlocked table below would then succeed).
+// session's locks stay exactly the client's afterwards. INSERTs run after a
+// guard statement, in autocommit mode wrapped in START TRANSACTION, which
+// would release the table locks (the write to the unlocked table below
+// would then succeed): under LOCK TABLES the proxy (tablesLocked) skips
+// the wrap, and the READ lock on the lease table keeps guard and write
+// atomic.
 func TestInsertUnderLockTables(t *testing.T) {
 	e := newFencedEnv(t, envOptions{})
 	ctx := context.Background()
