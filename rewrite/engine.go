@@ -38,13 +38,6 @@ func New(p *policy.Policy, opts Options) *Engine {
 	}
 	e := &Engine{pol: p}
 	words := []string{"fence_", "sql_mode", "character_set_client"}
-	// Configured fence variable names: a stored program that sets them is
-	// refused like one that mentions a lease function (programBody).
-	for _, v := range []string{p.Vars.Lease, p.Vars.Owner, p.Vars.Token} {
-		if v != "" {
-			words = append(words, v)
-		}
-	}
 	e.leases = map[string]*policy.Table{}
 	for _, t := range p.Tables {
 		words = append(words, t.Table)

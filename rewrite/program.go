@@ -58,6 +58,18 @@ func (in *stmtIn) programBody(what string) stmtRes {
 			return in.refuse("", what+" mentions a lease function, sql_mode or character_set_client; "+
 				"fenceproxy cannot check what it does. Run its statements one by one")
 		}
+		// A program that sets the fence variables could run inside a
+		// protected write (a stored function in its WHERE) and move the
+		// fence. Programs never take the fast path, so configured names
+		// need no needle of their own (a short one would slow every
+		// statement down).
+		v := e.pol.Vars
+		for _, name := range []string{v.Lease, v.Owner, v.Token} {
+			if name != "" && containsFold(rest, lowerASCII(name)) {
+				return in.refuse("", what+" mentions the fence variable @"+name+"; fenceproxy cannot check what it "+
+					"does with it. Run its statements one by one")
+			}
+		}
 		for _, w := range programWords {
 			if containsWordFold(rest, w) {
 				return in.refuse("", what+" contains "+upperASCII(w)+"; fenceproxy cannot check what it does "+
