@@ -1,0 +1,344 @@
+package catalog
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/mysql"
+
+	_ "github.com/pingcap/tidb/pkg/parser/test_driver" // literal values in the AST
+)
+
+// What a stored program body (trigger, routine, event) can do, read from
+// its text. The TiDB parser does not read compound statements (CALL,
+// PREPARE, RETURN, handlers and most control flow inside BEGIN ... END are
+// beyond it), so bodies are split lexically into their simple statements
+// and only those are parsed. Wherever a statement cannot be read, every
+// name it mentions counts as written with every operation: a false
+// positive costs a fence or a refusal, a false negative a stale write.
+
+// ref is a schema-qualified name, resolved against the object's schema.
+type ref struct{ schema, name string }
+
+func (r ref) key() string { return key(r.schema, r.name) }
+
+type write struct {
+	ref ref
+	ops Op
+}
+
+// effects is what running a body may do.
+type effects struct {
+	writes  []write
+	calls   []ref // CALL procedure
+	funcs   []ref // name(...) anywhere: a stored function if one has that name
+	dynamic bool  // PREPARE / EXECUTE [IMMEDIATE]: any statement at all
+	hidden  bool  // the body is not visible to the catalog account
+}
+
+var parsers = sync.Pool{New: func() any { return parser.New() }}
+
+// parseStmt parses one simple statement; nil when it cannot be read.
+func parseStmt(text string, m lexMode) (n ast.StmtNode) {
+	p := parsers.Get().(*parser.Parser)
+	defer func() {
+		if r := recover(); r != nil {
+			n = nil // the parser is dropped after a panic
+			return
+		}
+		parsers.Put(p)
+	}()
+	var mode mysql.SQLMode
+	if m.ansiQuotes {
+		mode |= mysql.ModeANSIQuotes
+	}
+	if m.noBackslash {
+		mode |= mysql.ModeNoBackslashEscapes
+	}
+	p.SetSQLMode(mode)
+	p.SetMariaDB(true)
+	stmts, _, err := p.Parse(text, "", "")
+	if err != nil || len(stmts) != 1 {
+		return nil
+	}
+	return stmts[0]
+}
+
+// startWords: after these, a new statement begins inside a compound
+// statement.
+var startWords = []string{"begin", "then", "else", "do", "repeat", "loop"}
+
+// writeWords open a statement that writes a table.
+var writeWords = []string{"insert", "replace", "update", "delete"}
+
+// ddlWords open a statement that changes, renames or drops what it names,
+// or loads into it: every name it mentions counts as written.
+var ddlWords = []string{"alter", "drop", "rename", "create", "truncate", "load", "handler"}
+
+func lower(s string) string { return strings.ToLower(s) }
+
+func isAny(t token, words []string) bool {
+	for _, w := range words {
+		if t.is(w) {
+			return true
+		}
+	}
+	return false
+}
+
+// analyzeBody reads a body whose unqualified names resolve in schema.
+func analyzeBody(body, schema, mode string) effects {
+	var fx effects
+	if body == "" {
+		fx.hidden = true
+		return fx
+	}
+	m := sqlMode(mode)
+	toks := lex(body, m)
+	fx.funcs = funcRefs(toks, schema)
+	for _, t := range toks {
+		if t.is("prepare") || t.is("execute") {
+			fx.dynamic = true
+		}
+	}
+	for len(toks) > 0 {
+		end := 0
+		for end < len(toks) && !toks[end].op(';') {
+			end++
+		}
+		piece := toks[:end]
+		bodyEnd := len(body)
+		if end < len(toks) {
+			bodyEnd = toks[end].start
+			toks = toks[end+1:]
+		} else {
+			toks = nil
+		}
+		fx.piece(piece, body, bodyEnd, schema, m)
+	}
+	return fx
+}
+
+// piece analyses the tokens between two ';' of a body.
+func (fx *effects) piece(toks []token, body string, end int, schema string, m lexMode) {
+	handler := len(toks) > 0 && toks[0].is("declare")
+	if handler {
+		handler = false
+		for _, t := range toks {
+			if t.is("handler") {
+				handler = true
+			}
+		}
+	}
+	for i, t := range toks {
+		atStart := i == 0 || isAny(toks[i-1], startWords) || toks[i-1].op(':') || handler && i > 1
+		if t.kind != tkWord {
+			continue
+		}
+		switch {
+		case t.is("call") && atStart:
+			if r, ok := qualifiedAt(toks, i+1, schema); ok {
+				fx.calls = append(fx.calls, r)
+			} else {
+				fx.everything(toks, schema)
+			}
+			return
+		case isAny(t, writeWords):
+			if i+1 < len(toks) && toks[i+1].op('(') && (t.is("insert") || t.is("replace")) {
+				continue // the string functions INSERT() and REPLACE()
+			}
+			if i > 0 && (toks[i-1].is("for") || toks[i-1].is("key") || toks[i-1].is("on") || toks[i-1].op('.')) {
+				continue // FOR UPDATE, ON DUPLICATE KEY UPDATE, ON DELETE/UPDATE rules
+			}
+			if !atStart {
+				if handler {
+					continue
+				}
+				fx.everything(toks, schema)
+				return
+			}
+			n := parseStmt(body[t.start:end], m)
+			if ws := dmlWrites(n, schema); ws != nil {
+				fx.writes = append(fx.writes, ws...)
+			} else {
+				fx.everything(toks[i:], schema)
+			}
+			return
+		case isAny(t, ddlWords) && atStart && !(handler && t.is("handler")):
+			if t.is("truncate") && i+1 < len(toks) && toks[i+1].op('(') {
+				continue // TRUNCATE(x, d)
+			}
+			fx.everything(toks[i:], schema)
+			return
+		}
+	}
+}
+
+// everything: every name among toks counts as written with every operation.
+func (fx *effects) everything(toks []token, schema string) {
+	for i, t := range toks {
+		if !t.name() {
+			continue
+		}
+		fx.writes = append(fx.writes, write{ref{schema, t.text}, OpAll})
+		if i+2 < len(toks) && toks[i+1].op('.') && toks[i+2].name() {
+			fx.writes = append(fx.writes, write{ref{t.text, toks[i+2].text}, OpAll})
+		}
+	}
+}
+
+// qualifiedAt reads [schema.]name at toks[i].
+func qualifiedAt(toks []token, i int, schema string) (ref, bool) {
+	if i >= len(toks) || !toks[i].name() {
+		return ref{}, false
+	}
+	if i+2 < len(toks) && toks[i+1].op('.') && toks[i+2].name() {
+		return ref{toks[i].text, toks[i+2].text}, true
+	}
+	return ref{schema, toks[i].text}, true
+}
+
+// funcRefs lists every name directly followed by '(' as a possible call.
+func funcRefs(toks []token, schema string) []ref {
+	var out []ref
+	for i := 0; i+1 < len(toks); i++ {
+		if !toks[i].name() || !toks[i+1].op('(') {
+			continue
+		}
+		if i >= 2 && toks[i-1].op('.') && toks[i-2].name() {
+			out = append(out, ref{toks[i-2].text, toks[i].text})
+		} else {
+			out = append(out, ref{schema, toks[i].text})
+		}
+	}
+	return out
+}
+
+// dmlWrites returns the tables an INSERT, REPLACE, UPDATE or DELETE writes
+// and how; nil if n is none of those.
+func dmlWrites(n ast.StmtNode, schema string) []write {
+	var ws []write
+	add := func(tn *ast.TableName, ops Op) {
+		s := tn.Schema.O
+		if s == "" {
+			s = schema
+		}
+		ws = append(ws, write{ref{s, tn.Name.O}, ops})
+	}
+	switch x := n.(type) {
+	case *ast.InsertStmt:
+		ops := OpInsert
+		if x.IsReplace {
+			ops |= OpDelete // REPLACE deletes the rows it replaces
+		}
+		if len(x.OnDuplicate) > 0 {
+			ops |= OpUpdate
+		}
+		if x.Table == nil {
+			return nil
+		}
+		for _, tn := range tableNamesIn(x.Table) {
+			add(tn, ops)
+		}
+	case *ast.UpdateStmt:
+		if x.TableRefs == nil {
+			return nil
+		}
+		// A multi-table UPDATE may write any table it joins: all count.
+		for _, tn := range tableNamesIn(x.TableRefs) {
+			add(tn, OpUpdate)
+		}
+	case *ast.DeleteStmt:
+		if x.TableRefs == nil {
+			return nil
+		}
+		for _, tn := range tableNamesIn(x.TableRefs) {
+			add(tn, OpDelete)
+		}
+		if x.Tables != nil {
+			for _, tn := range x.Tables.Tables {
+				add(tn, OpDelete)
+			}
+		}
+	default:
+		return nil
+	}
+	if ws == nil {
+		return []write{}
+	}
+	return ws
+}
+
+// tableNamesIn collects the TableNames of a table reference tree, those of
+// subqueries included (they are only read, but counting them over-fences
+// at worst).
+func tableNamesIn(n ast.Node) []*ast.TableName {
+	var v tableNames
+	n.Accept(&v)
+	return v.names
+}
+
+type tableNames struct{ names []*ast.TableName }
+
+func (v *tableNames) Enter(n ast.Node) (ast.Node, bool) {
+	if tn, ok := n.(*ast.TableName); ok {
+		v.names = append(v.names, tn)
+	}
+	return n, false
+}
+
+func (v *tableNames) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// viewBases returns the tables and views a view definition names (all of
+// them: which one a write through a join view lands in depends on the
+// statement), and the functions it may call.
+func viewBases(v View) ([]ref, []ref) {
+	toks := lex(v.Definition, lexMode{})
+	funcs := funcRefs(toks, v.Schema)
+	var bases []ref
+	if n := parseStmt(v.Definition, lexMode{}); n != nil {
+		ctes := cteNamesOf(n)
+		for _, tn := range tableNamesIn(n) {
+			s := tn.Schema.O
+			if s == "" {
+				if ctes[lower(tn.Name.O)] {
+					continue
+				}
+				s = v.Schema
+			}
+			bases = append(bases, ref{s, tn.Name.O})
+		}
+		return bases, funcs
+	}
+	var fx effects
+	fx.everything(toks, v.Schema)
+	for _, w := range fx.writes {
+		bases = append(bases, w.ref)
+	}
+	return bases, funcs
+}
+
+// cteNamesOf lists the names of every WITH clause of a statement.
+func cteNamesOf(n ast.Node) map[string]bool {
+	var v cteVisitor
+	n.Accept(&v)
+	return v.names
+}
+
+type cteVisitor struct{ names map[string]bool }
+
+func (v *cteVisitor) Enter(n ast.Node) (ast.Node, bool) {
+	if w, ok := n.(*ast.WithClause); ok {
+		for _, c := range w.CTEs {
+			if v.names == nil {
+				v.names = map[string]bool{}
+			}
+			v.names[c.Name.L] = true
+		}
+	}
+	return n, false
+}
+
+func (v *cteVisitor) Leave(n ast.Node) (ast.Node, bool) { return n, true }

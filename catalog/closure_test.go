@@ -1,0 +1,282 @@
+package catalog
+
+import (
+	"strings"
+	"testing"
+)
+
+// The protected tables of every case: app.jobs on the session's lease,
+// app.ledger on the fixed lease "billing", and the lease table.
+var testProt = []Protected{
+	{Schema: "app", Table: "jobs"},
+	{Schema: "app", Table: "ledger", Lease: "billing"},
+	{Schema: "app", Table: "fenced_job_leases", LeaseTable: true},
+}
+
+func TestClose(t *testing.T) {
+	cases := []struct {
+		name string
+		snap Snapshot
+		want []string
+	}{
+		{
+			name: "empty",
+			want: nil,
+		},
+		{
+			name: "view over protected table",
+			snap: Snapshot{Views: []View{
+				{Schema: "app", Name: "v_jobs", Definition: "select `app`.`jobs`.`id` AS `id` from `app`.`jobs`"},
+				{Schema: "app", Name: "v_other", Definition: "select `app`.`t`.`id` AS `id` from `app`.`t`"},
+			}},
+			want: []string{"fence app.v_jobs (view) INSERT: app.jobs[@]; UPDATE: app.jobs[@]; DELETE: app.jobs[@]"},
+		},
+		{
+			name: "view of view, unqualified names resolve in the view's schema",
+			snap: Snapshot{Views: []View{
+				{Schema: "app", Name: "v2", Definition: "select id from v1"},
+				{Schema: "app", Name: "v1", Definition: "select id from ledger where id > 0"},
+			}},
+			want: []string{
+				"fence app.v1 (view) INSERT: app.ledger[billing]; UPDATE: app.ledger[billing]; DELETE: app.ledger[billing]",
+				"fence app.v2 (view) INSERT: app.ledger[billing]; UPDATE: app.ledger[billing]; DELETE: app.ledger[billing]",
+			},
+		},
+		{
+			name: "join view over two leases fences with both",
+			snap: Snapshot{Views: []View{
+				{Schema: "app", Name: "vj", Definition: "select `j`.`id` AS `id` from (`app`.`jobs` `j` join `app`.`ledger` `l` on(`j`.`id` = `l`.`id`))"},
+			}},
+			want: []string{"fence app.vj (view) INSERT: app.jobs[@] app.ledger[billing]; UPDATE: app.jobs[@] app.ledger[billing]; DELETE: app.jobs[@] app.ledger[billing]"},
+		},
+		{
+			name: "a CTE named like a protected table shadows it",
+			snap: Snapshot{Views: []View{
+				{Schema: "app", Name: "vc", Definition: "with jobs as (select 1 AS `id`) select `jobs`.`id` AS `id` from jobs"},
+			}},
+			want: nil,
+		},
+		{
+			name: "unparseable view definition: every name counts",
+			snap: Snapshot{Views: []View{
+				{Schema: "app", Name: "vx", Definition: "select ??? from jobs"},
+			}},
+			want: []string{"fence app.vx (view) INSERT: app.jobs[@]; UPDATE: app.jobs[@]; DELETE: app.jobs[@]"},
+		},
+		{
+			name: "trigger writes protected table, only for its event",
+			snap: Snapshot{Triggers: []Trigger{
+				{Schema: "app", Name: "t_ai", Table: "orders", Event: OpInsert, Body: "INSERT INTO jobs (id) VALUES (NEW.id)"},
+				{Schema: "app", Name: "t_au", Table: "orders", Event: OpUpdate, Body: "UPDATE audit SET n = n + 1"},
+			}},
+			want: []string{"fence app.orders (triggers) INSERT: app.jobs[@]"},
+		},
+		{
+			name: "trigger chain through another table's trigger",
+			snap: Snapshot{Triggers: []Trigger{
+				{Schema: "app", Name: "a_ad", Table: "a", Event: OpDelete, Body: "BEGIN\n  DELETE FROM b WHERE id = OLD.id;\nEND"},
+				{Schema: "app", Name: "b_ad", Table: "b", Event: OpDelete, Body: "UPDATE app.ledger SET amount = 0 WHERE id = OLD.id"},
+			}},
+			want: []string{
+				"fence app.a (triggers) DELETE: app.ledger[billing]",
+				"fence app.b (triggers) DELETE: app.ledger[billing]",
+			},
+		},
+		{
+			name: "trigger inside control flow, after a label, in a handler",
+			snap: Snapshot{Triggers: []Trigger{
+				{Schema: "app", Name: "x1", Table: "x", Event: OpInsert, Body: "BEGIN IF NEW.k > 1 THEN SET NEW.k = 2; ELSE DELETE FROM jobs WHERE id = NEW.id; END IF; END"},
+				{Schema: "app", Name: "y1", Table: "y", Event: OpInsert, Body: "lbl: BEGIN DECLARE CONTINUE HANDLER FOR SQLEXCEPTION INSERT INTO ledger VALUES (1); SET @a = 1; END lbl"},
+				{Schema: "app", Name: "z1", Table: "z", Event: OpInsert, Body: "BEGIN WHILE @i < 3 DO REPLACE INTO jobs VALUES (NEW.id); SET @i = @i + 1; END WHILE; END"},
+			}},
+			want: []string{
+				"fence app.x (triggers) INSERT: app.jobs[@]",
+				"fence app.y (triggers) INSERT: app.ledger[billing]",
+				"fence app.z (triggers) INSERT: app.jobs[@]",
+			},
+		},
+		{
+			name: "reads, string functions and FOR UPDATE do not count as writes",
+			snap: Snapshot{Triggers: []Trigger{
+				{Schema: "app", Name: "r1", Table: "r", Event: OpInsert, Body: "BEGIN SET NEW.s = REPLACE((SELECT name FROM jobs WHERE id = NEW.id FOR UPDATE), 'a', 'b'); SET NEW.t = INSERT(NEW.t, 1, 2, 'x'); INSERT INTO log SELECT id FROM jobs; END"},
+			}},
+			want: nil,
+		},
+		{
+			name: "strings and comments hide nothing and fake nothing",
+			snap: Snapshot{Triggers: []Trigger{
+				{Schema: "app", Name: "c1", Table: "c", Event: OpInsert, Body: "BEGIN SET @x = 'DELETE FROM jobs'; -- DELETE FROM jobs\n /* ; DELETE FROM jobs */ INSERT INTO log VALUES ('; DELETE FROM jobs'); END"},
+				{Schema: "app", Name: "d1", Table: "d", Event: OpInsert, Body: "BEGIN /*!50100 DELETE FROM jobs */; END"},
+			}},
+			want: []string{"fence app.d (triggers) INSERT: app.jobs[@]"},
+		},
+		{
+			name: "trigger calling a procedure that writes, procedure refused",
+			snap: Snapshot{
+				Triggers: []Trigger{{Schema: "app", Name: "p_ai", Table: "p", Event: OpInsert, Body: "CALL app.touch(NEW.id)"}},
+				Routines: []Routine{{Schema: "app", Name: "touch", Body: "BEGIN UPDATE jobs SET n = n + 1 WHERE id = x; END"}},
+			},
+			want: []string{
+				"fence app.p (triggers) INSERT: app.jobs[@]",
+				"refuse procedure app.touch writes app.jobs",
+			},
+		},
+		{
+			name: "procedure calling procedure, function calling function, from another schema",
+			snap: Snapshot{Routines: []Routine{
+				{Schema: "app", Name: "outer_p", Body: "BEGIN CALL inner_p(); END"},
+				{Schema: "app", Name: "inner_p", Body: "BEGIN SELECT 1; DELETE FROM ledger; END"},
+				{Schema: "other", Name: "f_outer", Function: true, Body: "RETURN app.f_inner(1) + 1"},
+				{Schema: "app", Name: "f_inner", Function: true, Body: "BEGIN INSERT INTO jobs VALUES (1); RETURN 1; END"},
+				{Schema: "app", Name: "harmless", Body: "BEGIN SELECT * FROM jobs; END"},
+			}},
+			want: []string{
+				"refuse function app.f_inner writes app.jobs",
+				"refuse function other.f_outer writes app.jobs",
+				"refuse procedure app.inner_p writes app.ledger",
+				"refuse procedure app.outer_p writes app.ledger",
+			},
+		},
+		{
+			name: "dynamic SQL writes everything",
+			snap: Snapshot{Routines: []Routine{
+				{Schema: "app", Name: "dyn", Body: "BEGIN PREPARE s FROM @q; EXECUTE s; END"},
+				{Schema: "app", Name: "imm", Body: "BEGIN EXECUTE IMMEDIATE CONCAT('DEL', 'ETE FROM t'); END"},
+				{Schema: "app", Name: "caller", Body: "CALL dyn()"},
+			}},
+			want: []string{
+				"refuse procedure app.caller writes app.jobs (dynamic SQL)",
+				"refuse procedure app.dyn writes app.jobs (dynamic SQL)",
+				"refuse procedure app.imm writes app.jobs (dynamic SQL)",
+				"dynamic SQL in app.dyn",
+				"dynamic SQL in app.imm",
+			},
+		},
+		{
+			name: "recursive procedures end",
+			snap: Snapshot{Routines: []Routine{
+				{Schema: "app", Name: "a", Body: "BEGIN CALL b(); END"},
+				{Schema: "app", Name: "b", Body: "BEGIN CALL a(); IF 0 THEN DELETE FROM jobs; END IF; END"},
+			}},
+			want: []string{
+				"refuse procedure app.a writes app.jobs",
+				"refuse procedure app.b writes app.jobs",
+			},
+		},
+		{
+			name: "cascading foreign keys",
+			snap: Snapshot{ForeignKeys: []ForeignKey{
+				{Schema: "app", Name: "fk_c", Table: "jobs", RefSchema: "app", RefTable: "customers", OnDelete: "CASCADE", OnUpdate: "RESTRICT"},
+				{Schema: "app", Name: "fk_n", Table: "ledger", RefSchema: "app", RefTable: "accounts", OnDelete: "SET NULL", OnUpdate: "CASCADE"},
+				{Schema: "app", Name: "fk_r", Table: "ledger", RefSchema: "app", RefTable: "plain", OnDelete: "RESTRICT", OnUpdate: "NO ACTION"},
+				{Schema: "app", Name: "fk_g", Table: "customers", RefSchema: "app", RefTable: "regions", OnDelete: "CASCADE", OnUpdate: "CASCADE"},
+			}},
+			want: []string{
+				"fence app.accounts (cascade) UPDATE: app.ledger[billing]; DELETE: app.ledger[billing]",
+				"fence app.customers (cascade) DELETE: app.jobs[@]",
+				"fence app.regions (cascade) DELETE: app.jobs[@]",
+			},
+		},
+		{
+			name: "cascades do not fire triggers",
+			snap: Snapshot{
+				ForeignKeys: []ForeignKey{{Schema: "app", Name: "fk", Table: "child", RefSchema: "app", RefTable: "parent", OnDelete: "CASCADE", OnUpdate: "CASCADE"}},
+				Triggers:    []Trigger{{Schema: "app", Name: "c_ad", Table: "child", Event: OpDelete, Body: "DELETE FROM jobs"}},
+			},
+			want: []string{"fence app.child (triggers) DELETE: app.jobs[@]"},
+		},
+		{
+			name: "a view over a trigger table fires its triggers",
+			snap: Snapshot{
+				Views:    []View{{Schema: "app", Name: "vo", Definition: "select `app`.`orders`.`id` AS `id` from `app`.`orders`"}},
+				Triggers: []Trigger{{Schema: "app", Name: "o_bi", Table: "orders", Event: OpInsert, Body: "INSERT INTO jobs VALUES (NEW.id)"}},
+			},
+			want: []string{
+				"fence app.orders (triggers) INSERT: app.jobs[@]",
+				"fence app.vo (view) INSERT: app.jobs[@]",
+			},
+		},
+		{
+			name: "a trigger writing through a view",
+			snap: Snapshot{
+				Views:    []View{{Schema: "app", Name: "vj", Definition: "select `app`.`jobs`.`id` AS `id` from `app`.`jobs`"}},
+				Triggers: []Trigger{{Schema: "app", Name: "o_bi", Table: "orders", Event: OpUpdate, Body: "UPDATE vj SET id = NEW.id"}},
+			},
+			want: []string{
+				"fence app.orders (triggers) UPDATE: app.jobs[@]",
+				"fence app.vj (view) INSERT: app.jobs[@]; UPDATE: app.jobs[@]; DELETE: app.jobs[@]",
+			},
+		},
+		{
+			name: "reaching the lease table is refused",
+			snap: Snapshot{Triggers: []Trigger{{Schema: "app", Name: "forge", Table: "t", Event: OpInsert, Body: "UPDATE fenced_job_leases SET fence_token = fence_token + 1"}}},
+			want: []string{"fence app.t (triggers) INSERT: app.fenced_job_leases[@]; refuse INSERT"},
+		},
+		{
+			name: "a hidden trigger body is refused, hidden routine body writes everything",
+			snap: Snapshot{
+				Triggers: []Trigger{{Schema: "app", Name: "h", Table: "t", Event: OpDelete}},
+				Routines: []Routine{{Schema: "app", Name: "hp"}},
+			},
+			want: []string{
+				"fence app.t (triggers) DELETE: app.jobs[@] app.ledger[billing] app.fenced_job_leases[@]; refuse DELETE",
+				"refuse procedure app.hp writes app.jobs (body not visible)",
+				"hidden body of procedure app.hp",
+				"hidden body of trigger app.h",
+			},
+		},
+		{
+			name: "view reading a refused function",
+			snap: Snapshot{
+				Views: []View{
+					{Schema: "app", Name: "vf", Definition: "select `app`.`bump`(1) AS `x`"},
+					{Schema: "app", Name: "vff", Definition: "select `vf`.`x` AS `x` from `app`.`vf`"},
+				},
+				Routines: []Routine{{Schema: "app", Name: "bump", Function: true, Body: "BEGIN UPDATE jobs SET n = n + 1; RETURN 1; END"}},
+			},
+			want: []string{
+				"fence app.vf (view) refuse reading (calls app.bump)",
+				"fence app.vff (view) refuse reading (calls app.bump)",
+				"refuse function app.bump writes app.jobs",
+			},
+		},
+		{
+			name: "events are reported",
+			snap: Snapshot{Events: []Event{
+				{Schema: "app", Name: "purge", Body: "DELETE FROM jobs WHERE done"},
+				{Schema: "app", Name: "noop", Body: "SELECT 1"},
+			}},
+			want: []string{"unfenceable event app.purge writes app.jobs"},
+		},
+		{
+			name: "DDL in a routine counts as writing what it names",
+			snap: Snapshot{Routines: []Routine{
+				{Schema: "app", Name: "wipe", Body: "BEGIN TRUNCATE TABLE jobs; END"},
+				{Schema: "app", Name: "mk", Body: "BEGIN CREATE TABLE x (id INT); SELECT TRUNCATE(1.5, 0); END"},
+			}},
+			want: []string{"refuse procedure app.wipe writes app.jobs"},
+		},
+		{
+			name: "ANSI_QUOTES bodies quote names with double quotes",
+			snap: Snapshot{Triggers: []Trigger{
+				{Schema: "app", Name: "aq", Table: "t", Event: OpInsert, SQLMode: "STRICT_TRANS_TABLES,ANSI_QUOTES", Body: "INSERT INTO \"jobs\" VALUES (1)"},
+			}},
+			want: []string{"fence app.t (triggers) INSERT: app.jobs[@]"},
+		},
+		{
+			name: "names are case-insensitive",
+			snap: Snapshot{Triggers: []Trigger{
+				{Schema: "App", Name: "up", Table: "T", Event: OpInsert, Body: "insert into APP.JOBS values (1)"},
+			}},
+			want: []string{"fence App.T (triggers) INSERT: app.jobs[@]"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Close(&tc.snap, testProt).Lines()
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("closure:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
