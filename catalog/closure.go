@@ -157,6 +157,13 @@ type Closure struct {
 	Dynamic []string
 	// Hidden: objects whose body the catalog account cannot see.
 	Hidden []string
+
+	known map[string]bool // Snapshot.Tables
+}
+
+// Known reports whether the snapshot saw the table or view schema.name.
+func (c *Closure) Known(schema, name string) bool {
+	return c != nil && c.known[key(schema, name)]
 }
 
 // Table returns the fenced table or view schema.name, or nil.
@@ -509,7 +516,10 @@ func (c *closer) leaseIn(s set) string {
 }
 
 func (c *closer) result(snap *Snapshot) *Closure {
-	out := &Closure{Tables: map[string]*Fenced{}, Routines: map[string]*Refused{}}
+	out := &Closure{Tables: map[string]*Fenced{}, Routines: map[string]*Refused{}, known: map[string]bool{}}
+	for _, t := range snap.Tables {
+		out.known[key(t.Schema, t.Name)] = true
+	}
 	names := map[string]ref{}
 	for _, v := range snap.Views {
 		names[key(v.Schema, v.Name)] = ref{v.Schema, v.Name}

@@ -99,9 +99,17 @@ type Event struct {
 	SQLMode      string
 }
 
+// Name is a schema-qualified table or view name.
+type Name struct{ Schema, Name string }
+
 // Snapshot is the schema objects of one backend at one moment. Bodies and
 // definitions are parsed by Close; a Snapshot is not modified afterwards.
 type Snapshot struct {
+	// Tables: every base table and view the catalog saw. When the catalog
+	// cannot be read, a write to a name not among them is refused: it may
+	// be an object created since, which the last good catalog never
+	// classified.
+	Tables      []Name
 	Views       []View
 	Triggers    []Trigger
 	Routines    []Routine

@@ -204,3 +204,23 @@ func TestAuditRotationKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestCatalogRefreshDefault(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"listen: 127.0.0.1:6033\n", 0},
+		{"backend:\n  user: fp\n  password_env: PW\n", DefaultCatalogRefresh},
+		{"backend:\n  user: fp\n  password_env: PW\ncatalog:\n  refresh: 0s\n", 0},
+		{"backend:\n  user: fp\n  password_env: PW\ncatalog:\n  refresh: 500ms\n", 500 * time.Millisecond},
+	} {
+		cfg, err := Parse("f.yaml", []byte(c.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if got := cfg.Catalog.Refresh.D(); got != c.want {
+			t.Errorf("%q: catalog.refresh = %v, want %v", c.yaml, got, c.want)
+		}
+	}
+}

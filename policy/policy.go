@@ -25,6 +25,7 @@ type Config struct {
 	Fencing        Fencing   `yaml:"fencing"`
 	Tables         []Table   `yaml:"tables"`
 	Audit          Audit     `yaml:"audit"`
+	Catalog        Catalog   `yaml:"catalog"`
 
 	// Path is the file the config was read from (for messages and reload).
 	Path string `yaml:"-"`
@@ -136,6 +137,15 @@ type Audit struct {
 	MaxSizeMB int `yaml:"max_size_mb"`
 	// MaxBackups is the number of rotated files kept (default 10).
 	MaxBackups int `yaml:"max_backups"`
+}
+
+// Catalog is the proxy's knowledge of the schema objects that write tables
+// without naming them (views, triggers, routines, cascading foreign keys,
+// events), read with backend.user.
+type Catalog struct {
+	// Refresh: how often the catalog is checked for changes made directly
+	// on the server (default 2s when backend.user is set; 0s = no catalog).
+	Refresh Duration `yaml:"refresh"`
 }
 
 // Duration is a time.Duration written in YAML as a Go duration string

@@ -13,6 +13,18 @@ const (
 	DefaultShutdownTimeout  = 30 * time.Second
 )
 
+// DefaultCatalogRefresh: an object created directly on the server is
+// taken into account within this time.
+const DefaultCatalogRefresh = 2 * time.Second
+
+// Bounds of catalog.refresh: the check is a query on information_schema,
+// not to be run in a tight loop; and a catalog much older than minutes
+// lets new objects be refused (or missed) for too long.
+const (
+	minCatalogRefresh = 100 * time.Millisecond
+	maxCatalogRefresh = 10 * time.Minute
+)
+
 // Defaults of the audit file's rotation.
 const (
 	DefaultAuditMaxSizeMB  = 100
@@ -63,6 +75,9 @@ func (c *Config) fillDefaults(d *decoder) {
 	if !d.has("audit.max_backups") {
 		c.Audit.MaxBackups = DefaultAuditMaxBackups
 	}
+	if !d.has("catalog.refresh") && c.Backend.User != "" {
+		c.Catalog.Refresh = Duration(DefaultCatalogRefresh)
+	}
 }
 
 // validate records every rule the config breaks, at the key concerned.
@@ -107,6 +122,14 @@ func (c *Config) validate(d *decoder) {
 	}
 	if n := c.Limits.MaxQueryBytes; n < 1 || n > maxQueryBytesL {
 		d.fail("limits.max_query_bytes", fmt.Sprintf("must be from 1 to %d (1 GiB, the largest max_allowed_packet)", maxQueryBytesL))
+	}
+	if r := c.Catalog.Refresh.D(); r != 0 {
+		switch {
+		case r < minCatalogRefresh || r > maxCatalogRefresh:
+			d.fail("catalog.refresh", fmt.Sprintf("must be 0s (no catalog) or from %v to %v", minCatalogRefresh, maxCatalogRefresh))
+		case c.Backend.User == "":
+			d.fail("catalog.refresh", "needs backend.user: the catalog is read with the proxy's own account")
+		}
 	}
 	if c.Limits.RewriteCache < 0 {
 		d.fail("limits.rewrite_cache", "must be 0 (no cache) or more")

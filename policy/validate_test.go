@@ -16,7 +16,7 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 		// YAML and structure
 		{"syntax error", "listen: [1, 2\n", ""},
 		{"unknown top-level key", "lisen: 127.0.0.1:1\n",
-			`1:1: unknown key "lisen" (known: admin, audit, backend, client_tls, fencing, limits, listen, log_format, log_level, max_connections, tables, timeouts)`},
+			`1:1: unknown key "lisen" (known: admin, audit, backend, catalog, client_tls, fencing, limits, listen, log_format, log_level, max_connections, tables, timeouts)`},
 		{"unknown nested key", "backend:\n  adress: 127.0.0.1:3306\n",
 			`2:3: unknown key "adress" in backend (known: address, ca_file, cert_file, key_file, password_env, password_file, server_name, tls, user)`},
 		{"unknown key in a table entry", "tables:\n  - name: a.b\n    leese: x\n",
@@ -79,6 +79,16 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 			`2:20: limits.max_query_bytes: must be from 1 to 1073741824 (1 GiB, the largest max_allowed_packet)`},
 		{"rewrite_cache negative", "limits:\n  rewrite_cache: -1\n",
 			`2:18: limits.rewrite_cache: must be 0 (no cache) or more`},
+
+		// catalog
+		{"catalog.refresh too short", "backend:\n  user: fp\n  password_env: PW\ncatalog:\n  refresh: 10ms\n",
+			`5:12: catalog.refresh: must be 0s (no catalog) or from 100ms to 10m0s`},
+		{"catalog.refresh too long", "backend:\n  user: fp\n  password_env: PW\ncatalog:\n  refresh: 1h\n",
+			`5:12: catalog.refresh: must be 0s (no catalog) or from 100ms to 10m0s`},
+		{"catalog.refresh negative", "backend:\n  user: fp\n  password_env: PW\ncatalog:\n  refresh: -2s\n",
+			`5:12: catalog.refresh: must be 0s (no catalog) or from 100ms to 10m0s`},
+		{"catalog.refresh without backend.user", "catalog:\n  refresh: 2s\n",
+			`2:12: catalog.refresh: needs backend.user: the catalog is read with the proxy's own account`},
 
 		// audit file rotation
 		{"max_size_mb negative", "audit:\n  file: a.jsonl\n  max_size_mb: -1\n",

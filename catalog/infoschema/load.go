@@ -1,0 +1,237 @@
+// Package infoschema reads a catalog.Snapshot from a MariaDB or MySQL 8
+// server's information_schema, tells cheaply whether it changed, and keeps
+// one fresh (Watcher).
+//
+// The account needs, globally (objects in any schema can write a protected
+// table): SELECT (on MariaDB 10.11 the routine bodies come from mysql.proc;
+// on MySQL 8 global SELECT or SHOW_ROUTINE shows them), SHOW VIEW (view
+// definitions), TRIGGER (without it MariaDB hides triggers entirely, or
+// shows them with a NULL body), EVENT (events are hidden without it).
+// Load refuses to return a snapshot it knows to be blind.
+package infoschema
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/catalog"
+)
+
+// systemSchemas hold no application objects; their objects cannot be
+// created by applications.
+const systemSchemas = "('mysql','information_schema','performance_schema','sys')"
+
+// BlindError: the account cannot see some kind of object, so a snapshot
+// would miss writes.
+type BlindError struct{ Missing []string }
+
+func (e *BlindError) Error() string {
+	return "fenceproxy's catalog account cannot see every schema object that can write tables: it lacks the global " +
+		strings.Join(e.Missing, ", ") + " privilege (GRANT " + strings.Join(e.Missing, ", ") + " ON *.* TO the backend.user account)"
+}
+
+// currentGrantee is the current account as USER_PRIVILEGES.GRANTEE spells
+// it: USER_PRIVILEGES lists every account's privileges to an account that
+// may read mysql.user.
+const currentGrantee = `CONCAT("'", SUBSTRING_INDEX(CURRENT_USER(), '@', 1), "'@'", SUBSTRING_INDEX(CURRENT_USER(), '@', -1), "'")`
+
+// Required are the global privileges Load needs.
+var Required = []string{"SELECT", "SHOW VIEW", "TRIGGER", "EVENT"}
+
+// CheckVisibility returns the global privileges of Required the current
+// account lacks (ALL PRIVILEGES shows as each privilege in
+// USER_PRIVILEGES).
+func CheckVisibility(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES
+		WHERE GRANTEE = `+currentGrantee)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return nil, err
+		}
+		have[strings.ToUpper(p)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, p := range Required {
+		if !have[p] {
+			missing = append(missing, p)
+		}
+	}
+	return missing, nil
+}
+
+// Load reads every application schema's views, triggers, routines, foreign
+// keys, events and table names. It fails with a *BlindError when the
+// account lacks a privilege it needs to see them.
+func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
+	missing, err := CheckVisibility(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("reading the catalog account's privileges: %w", err)
+	}
+	if len(missing) > 0 {
+		return nil, &BlindError{Missing: missing}
+	}
+	s := &catalog.Snapshot{}
+	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		var n catalog.Name
+		err := r.Scan(&n.Schema, &n.Name)
+		s.Tables = append(s.Tables, n)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading information_schema.TABLES: %w", err)
+	}
+	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, COALESCE(VIEW_DEFINITION, '') FROM information_schema.VIEWS
+		WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		var v catalog.View
+		err := r.Scan(&v.Schema, &v.Name, &v.Definition)
+		s.Views = append(s.Views, v)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading information_schema.VIEWS: %w", err)
+	}
+	err = each(ctx, db, `SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE, EVENT_MANIPULATION,
+		COALESCE(ACTION_STATEMENT, ''), SQL_MODE FROM information_schema.TRIGGERS
+		WHERE TRIGGER_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		var t catalog.Trigger
+		var ev string
+		if err := r.Scan(&t.Schema, &t.Name, &t.Table, &ev, &t.Body, &t.SQLMode); err != nil {
+			return err
+		}
+		op, ok := catalog.ParseOp(ev)
+		if !ok {
+			op = catalog.OpAll // an event this code does not know: it may be any
+		}
+		t.Event = op
+		s.Triggers = append(s.Triggers, t)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading information_schema.TRIGGERS: %w", err)
+	}
+	// ROUTINE_TYPE may also be PACKAGE / PACKAGE BODY (MariaDB's Oracle
+	// mode): their routines are called as package.routine and count as
+	// procedures whose body is the package's.
+	err = each(ctx, db, `SELECT ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE, COALESCE(ROUTINE_DEFINITION, ''), SQL_MODE
+		FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		var rt catalog.Routine
+		var typ string
+		err := r.Scan(&rt.Schema, &rt.Name, &typ, &rt.Body, &rt.SQLMode)
+		rt.Function = strings.EqualFold(typ, "FUNCTION")
+		s.Routines = append(s.Routines, rt)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading information_schema.ROUTINES: %w", err)
+	}
+	err = each(ctx, db, `SELECT CONSTRAINT_SCHEMA, CONSTRAINT_NAME, TABLE_NAME, UNIQUE_CONSTRAINT_SCHEMA,
+		REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE FROM information_schema.REFERENTIAL_CONSTRAINTS
+		WHERE CONSTRAINT_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		var fk catalog.ForeignKey
+		err := r.Scan(&fk.Schema, &fk.Name, &fk.Table, &fk.RefSchema, &fk.RefTable, &fk.OnDelete, &fk.OnUpdate)
+		s.ForeignKeys = append(s.ForeignKeys, fk)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading information_schema.REFERENTIAL_CONSTRAINTS: %w", err)
+	}
+	err = each(ctx, db, `SELECT EVENT_SCHEMA, EVENT_NAME, COALESCE(EVENT_DEFINITION, ''), SQL_MODE
+		FROM information_schema.EVENTS WHERE EVENT_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		var e catalog.Event
+		err := r.Scan(&e.Schema, &e.Name, &e.Body, &e.SQLMode)
+		s.Events = append(s.Events, e)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading information_schema.EVENTS: %w", err)
+	}
+	return s, nil
+}
+
+func each(ctx context.Context, db *sql.DB, q string, f func(*sql.Rows) error) error {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := f(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// digestQuery fingerprints, in one round trip and a few rows, everything
+// Load reads (the account's privileges included, so that losing one is
+// noticed): names, and each definition's MD5 (timestamps alone are not
+// enough: ROUTINES.LAST_ALTERED has one-second resolution, and VIEWS and
+// REFERENTIAL_CONSTRAINTS have none). information_schema.TABLES'
+// UPDATE_TIME says nothing about DDL. The order of rows inside each
+// aggregate does not matter: the sum of CRC32s is order-free.
+const digestQuery = `
+SELECT 'tables', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE))), 0)
+  FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'views', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE_NAME, MD5(VIEW_DEFINITION)))), 0)
+  FROM information_schema.VIEWS WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'triggers', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE,
+    EVENT_MANIPULATION, CREATED, SQL_MODE, MD5(ACTION_STATEMENT)))), 0)
+  FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'routines', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE,
+    LAST_ALTERED, SQL_MODE, MD5(ROUTINE_DEFINITION)))), 0)
+  FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'foreign keys', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, CONSTRAINT_SCHEMA, CONSTRAINT_NAME, TABLE_NAME,
+    UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE))), 0)
+  FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'events', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, EVENT_SCHEMA, EVENT_NAME, LAST_ALTERED, SQL_MODE,
+    MD5(EVENT_DEFINITION)))), 0)
+  FROM information_schema.EVENTS WHERE EVENT_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'privileges', COUNT(*), COALESCE(SUM(CRC32(PRIVILEGE_TYPE)), 0)
+  FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ` + currentGrantee
+
+// Digest returns a fingerprint of everything Load reads: equal digests,
+// equal snapshots (up to CRC32 collisions of a changed row, which the
+// periodic full reload in Watcher bounds).
+func Digest(ctx context.Context, db *sql.DB) (string, error) {
+	h := sha256.New()
+	err := each(ctx, db, digestQuery, func(r *sql.Rows) error {
+		var kind string
+		var n, sum uint64
+		if err := r.Scan(&kind, &n, &sum); err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %d %d\n", kind, n, sum)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// IsBlind reports whether err is a *BlindError.
+func IsBlind(err error) bool {
+	var b *BlindError
+	return errors.As(err, &b)
+}
