@@ -3,6 +3,7 @@ package rewrite
 import (
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
@@ -21,6 +22,7 @@ type tref struct {
 	derived      bool   // a derived table (subquery): alias only
 	cte          bool   // an unqualified name that a CTE of the statement shadows
 	prot         *policy.Table
+	fenced       *catalog.Fenced // not protected, but reaches protected tables (catalog.go)
 }
 
 // lookup returns the protected table schema.name, if any.
@@ -47,6 +49,9 @@ func (in *stmtIn) tableRef(tn *ast.TableName, alias string, ctes map[string]bool
 		r.cte = ctes[strings.ToLower(tn.Name.O)]
 	}
 	r.prot = in.pc.e.lookup(r.schema, r.name)
+	if r.prot == nil && !r.cte {
+		r.fenced = in.pc.e.fencedRef(r.schema, r.name)
+	}
 	return r
 }
 
@@ -122,26 +127,50 @@ func anyProtected(refs []tref) *tref {
 	return nil
 }
 
+// anyFenced is anyProtected for the tables and views of the catalog.
+func anyFenced(refs []tref) *tref {
+	for i := range refs {
+		if refs[i].fenced != nil && !refs[i].cte {
+			return &refs[i]
+		}
+	}
+	return nil
+}
+
+// refName names a reference in a refusal.
+func refName(r *tref) string {
+	if r.prot != nil {
+		return qualified(r.prot)
+	}
+	return r.schema + "." + r.name
+}
+
 func qualified(t *policy.Table) string { return t.Schema + "." + t.Table }
 
-// updateTargets returns the protected tables an UPDATE writes.
+// updateTargets returns the protected tables an UPDATE writes (through
+// the catalog's views, trigger tables and cascading parents too).
 func (in *stmtIn) updateTargets(n *ast.UpdateStmt) ([]Target, *stmtRes) {
 	if n.TableRefs == nil || n.TableRefs.TableRefs == nil {
 		return nil, nil
 	}
 	refs := in.collectRefs(n.TableRefs.TableRefs, cteNames(n.With), nil)
 	var ts []Target
-	tables := 0
-	for _, r := range refs {
-		if !r.derived {
-			tables++
-		}
-	}
+	var r *stmtRes
 	if len(refs) == 1 {
 		if refs[0].prot != nil {
 			ts = addTarget(ts, target(refs[0].prot))
 		}
-		return ts, nil
+		return in.derivedTargets(ts, &refs[0], catalog.OpUpdate)
+	}
+	// allDerived: which catalog object a SET column belongs to is unclear;
+	// every one the statement names counts as written.
+	allDerived := func() *stmtRes {
+		for i := range refs {
+			if ts, r = in.derivedTargets(ts, &refs[i], catalog.OpUpdate); r != nil {
+				return r
+			}
+		}
+		return nil
 	}
 	for _, a := range n.List {
 		c := a.Column
@@ -150,6 +179,9 @@ func (in *stmtIn) updateTargets(n *ast.UpdateStmt) ([]Target, *stmtRes) {
 				r := in.refuse(qualified(p.prot), "this multi-table UPDATE joins the protected table and sets the unqualified column "+
 					c.Name.O+"; qualify the SET columns (alias.column) so fenceproxy can tell which table is written")
 				return nil, &r
+			}
+			if r := allDerived(); r != nil {
+				return nil, r
 			}
 			continue
 		}
@@ -160,11 +192,17 @@ func (in *stmtIn) updateTargets(n *ast.UpdateStmt) ([]Target, *stmtRes) {
 					" of this multi-table UPDATE belongs to; qualify it with a table alias of the statement")
 				return nil, &r
 			}
+			if r := allDerived(); r != nil {
+				return nil, r
+			}
 			continue
 		}
 		for _, i := range idx {
 			if refs[i].prot != nil {
 				ts = addTarget(ts, target(refs[i].prot))
+			}
+			if ts, r = in.derivedTargets(ts, &refs[i], catalog.OpUpdate); r != nil {
+				return nil, r
 			}
 		}
 	}
@@ -178,10 +216,14 @@ func (in *stmtIn) deleteTargets(n *ast.DeleteStmt) ([]Target, *stmtRes) {
 	}
 	refs := in.collectRefs(n.TableRefs.TableRefs, cteNames(n.With), nil)
 	var ts []Target
+	var r *stmtRes
 	if !n.IsMultiTable {
-		for _, r := range refs {
-			if r.prot != nil {
-				ts = addTarget(ts, target(r.prot))
+		for i := range refs {
+			if refs[i].prot != nil {
+				ts = addTarget(ts, target(refs[i].prot))
+			}
+			if ts, r = in.derivedTargets(ts, &refs[i], catalog.OpDelete); r != nil {
+				return nil, r
 			}
 		}
 		return ts, nil
@@ -201,11 +243,18 @@ func (in *stmtIn) deleteTargets(n *ast.DeleteStmt) ([]Target, *stmtRes) {
 			if p := in.pc.e.lookup(schema, tn.Name.O); p != nil {
 				ts = addTarget(ts, target(p))
 			}
+			direct := tref{schema: schema, name: tn.Name.O, fenced: in.pc.e.fencedRef(schema, tn.Name.O)}
+			if ts, r = in.derivedTargets(ts, &direct, catalog.OpDelete); r != nil {
+				return nil, r
+			}
 			continue
 		}
 		for _, i := range idx {
 			if refs[i].prot != nil {
 				ts = addTarget(ts, target(refs[i].prot))
+			}
+			if ts, r = in.derivedTargets(ts, &refs[i], catalog.OpDelete); r != nil {
+				return nil, r
 			}
 		}
 	}
@@ -213,18 +262,22 @@ func (in *stmtIn) deleteTargets(n *ast.DeleteStmt) ([]Target, *stmtRes) {
 }
 
 // insertTarget returns the protected table an INSERT / REPLACE writes.
-func (in *stmtIn) insertTarget(n *ast.InsertStmt) []Target {
+func (in *stmtIn) insertTarget(n *ast.InsertStmt) ([]Target, *stmtRes) {
 	if n.Table == nil || n.Table.TableRefs == nil {
-		return nil
+		return nil, nil
 	}
 	refs := in.collectRefs(n.Table.TableRefs, nil, nil)
 	var ts []Target
-	for _, r := range refs {
-		if r.prot != nil {
-			ts = addTarget(ts, target(r.prot))
+	var r *stmtRes
+	for i := range refs {
+		if refs[i].prot != nil {
+			ts = addTarget(ts, target(refs[i].prot))
+		}
+		if ts, r = in.derivedTargets(ts, &refs[i], insertOps(n)); r != nil {
+			return nil, r
 		}
 	}
-	return ts
+	return ts, nil
 }
 
 // tableNames collects every TableName of a statement.

@@ -94,6 +94,10 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 		if p := in.protectedName(n.Table); p != nil {
 			return refuseP(p, "LOAD DATA into a protected table cannot be fenced; load into another table and INSERT ... SELECT from it")
 		}
+		if f := in.derivedIn(n.Table); f != "" {
+			return refuseT(f, "LOAD DATA into a table or view that writes protected tables (triggers, views, foreign keys) "+
+				"cannot be fenced; load into another table and INSERT ... SELECT from it")
+		}
 		return other
 	case *ast.CreateViewStmt:
 		if p := in.protectedName(n.ViewName); p != nil {
@@ -101,6 +105,10 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 		}
 		if p := in.protectedIn(n.Select); p != nil {
 			return refuseP(p, "a view over a protected table could be written through without a fence; refused")
+		}
+		if f := in.derivedIn(n.Select); f != "" {
+			return refuseT(f, "this view would be over an object that writes protected tables (a view, a table with "+
+				"triggers or cascading foreign keys); create it directly on the server, fenceproxy's catalog then fences it")
 		}
 		return other
 	case *ast.ExplainStmt:

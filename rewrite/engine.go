@@ -3,6 +3,7 @@ package rewrite
 import (
 	"bytes"
 
+	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/policy"
 )
 
@@ -15,6 +16,14 @@ type Options struct {
 	// shape.go): 0 takes CacheEntries (and disables the shape cache with
 	// it), negative disables it.
 	ShapeEntries int
+
+	// Catalog: the schema objects that reach protected tables (views,
+	// trigger tables, cascading parents, routines); nil = none known.
+	Catalog *catalog.Closure
+	// CatalogStale: why the catalog could not be read lately ("" = it is
+	// current). While set, writes to objects Catalog does not know, and
+	// CALLs of procedures it does not know, are refused.
+	CatalogStale string
 }
 
 // Engine decides on statements for one policy snapshot. It is safe for
@@ -29,6 +38,13 @@ type Engine struct {
 	// functions write them; a client that could would forge its own lease.
 	leases    map[string]*policy.Table
 	leaseList []*policy.Table // the same, in policy order
+
+	cat      *catalog.Closure // see Options.Catalog
+	catStale string
+	catNames []catName
+	// catNeedles: the catalog's names, apart from needles because they may
+	// be many (see pairMatcher).
+	catNeedles *pairMatcher
 }
 
 // New returns an Engine for the policy snapshot p (nil: nothing protected).
@@ -50,7 +66,9 @@ func New(p *policy.Policy, opts Options) *Engine {
 			words = append(words, lt.Table)
 		}
 	}
+	e.cat, e.catStale, e.catNames = opts.Catalog, opts.CatalogStale, catalogNames(opts.Catalog)
 	e.needles = newMatcher(words)
+	e.catNeedles = newPairMatcher(catalogWords(opts))
 	n := opts.CacheEntries
 	if n == 0 {
 		n = 4096

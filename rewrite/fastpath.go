@@ -9,7 +9,7 @@ package rewrite
 // fastForward reports whether the packet can be relayed as it is.
 func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool {
 	// 1. Raw scan, comments and strings included.
-	if e.needles.find(sql) {
+	if e.needles.find(sql) || e.catNeedles.find(sql) {
 		return false
 	}
 	if unsafeCharset && hasTrailPair(sql) {

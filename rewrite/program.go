@@ -94,7 +94,7 @@ func mentionsTable(e *Engine, text []byte) string {
 			return t.Schema + "." + t.Table
 		}
 	}
-	return ""
+	return mentionsDerived(e, text)
 }
 
 func upperASCII(s string) string {

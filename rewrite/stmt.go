@@ -91,6 +91,9 @@ func (in *stmtIn) decideStmt() stmtRes {
 	if i := in.leaseMention(); i >= 0 {
 		return in.leaseCall(i)
 	}
+	if r, ok := in.catalogRefusal(); ok {
+		return r
+	}
 	switch {
 	case in.kw(0, "prepare"):
 		return in.prepareStmt()

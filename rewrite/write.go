@@ -20,7 +20,7 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 	case *ast.DeleteStmt:
 		targets, r = in.deleteTargets(x)
 	case *ast.InsertStmt:
-		targets = in.insertTarget(x)
+		targets, r = in.insertTarget(x)
 	}
 	if r != nil {
 		return *r
