@@ -708,6 +708,9 @@ func (c *closer) list(s set) string {
 // Lines renders the closure deterministically, one finding a line: for
 // tests and for doctor.
 func (c *Closure) Lines() []string {
+	if c == nil {
+		return nil
+	}
 	var out []string
 	keys := make([]string, 0, len(c.Tables))
 	for k := range c.Tables {

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/catalog/infoschema"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -47,6 +48,9 @@ type Proxy struct {
 
 	rt       atomic.Pointer[runtime]
 	updateMu sync.Mutex // serialises Update
+
+	catalog  *catalogWatch // nil: no catalog (see catalog.go)
+	catState atomic.Pointer[infoschema.State]
 
 	backendAddr string
 	backendTLS  *tls.Config // nil: plain
@@ -130,21 +134,30 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		p.ownsAdminDB = p.adminDB != nil
 	}
 	p.Update(cfg, pol)
+	if r := cfg.Catalog.Refresh.D(); r > 0 && p.adminDB != nil {
+		p.startCatalog(r)
+	}
 	return p, nil
 }
 
 // Update installs a new configuration for connections and statements from
 // now on. Statements already being processed finish under the old one.
 func (p *Proxy) Update(cfg *policy.Config, pol *policy.Policy) {
+	p.updateMu.Lock()
+	defer p.updateMu.Unlock()
+	p.install(cfg, pol)
+}
+
+// install builds and installs the runtime; the caller holds updateMu.
+func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 	if pol == nil {
 		pol, _ = policy.NewPolicy(0, policy.Fencing{}, nil)
 	}
 	// The rewriter runs even with no protected table: the SQL lease
 	// functions are the proxy's to answer in every configuration.
-	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol),
-		engine: newRewriter(pol, cfg.Limits.RewriteCache)}
-	p.updateMu.Lock()
-	defer p.updateMu.Unlock()
+	cat, stale := p.catalogOptions(pol)
+	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale),
+		engine: newCatalogRewriter(pol, cfg.Limits.RewriteCache, cat, stale)}
 	if old := p.rt.Load(); old != nil {
 		rt.gen = old.gen
 		if old.fingerprint != rt.fingerprint {
@@ -263,6 +276,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 	finished := make(chan struct{})
 	go func() { p.wg.Wait(); close(finished) }()
+	p.stopCatalog()
 	if p.ownsAdminDB {
 		defer p.adminDB.Close()
 	}

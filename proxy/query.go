@@ -85,6 +85,15 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	if d.Action == rewrite.Forward && d.Stmts == nil {
 		// The hot path: nothing here concerns fencing.
 		c.p.metrics.stmtForwarded.Inc()
+		if c.p.catalog != nil && ddlHead(payload[1:]) {
+			sql := append([]byte(nil), payload[1:]...)
+			if err := c.sendOriginal(payload, inPlace); err != nil {
+				return err
+			}
+			err := c.relayResults(nil)
+			c.afterDDL(sql)
+			return err
+		}
 		if err := c.sendOriginal(payload, inPlace); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -13,6 +14,15 @@ func newRewriter(pol *policy.Policy, cache int) Rewriter {
 		cache = -1
 	}
 	return rewrite.New(pol, rewrite.Options{CacheEntries: cache})
+}
+
+// newCatalogRewriter is newRewriter with the schema catalog's closure (nil:
+// none) and, when the catalog could not be read lately, why.
+func newCatalogRewriter(pol *policy.Policy, cache int, cat *catalog.Closure, stale string) Rewriter {
+	if cache == 0 {
+		cache = -1
+	}
+	return rewrite.New(pol, rewrite.Options{CacheEntries: cache, Catalog: cat, CatalogStale: stale})
 }
 
 func parseServerVersion(v string) rewrite.Server { return rewrite.ParseServerVersion(v) }

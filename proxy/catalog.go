@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/catalog/infoschema"
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// The schema catalog (package catalog): read with the proxy's own account,
+// refreshed every catalog.refresh and right after DDL that passes through
+// the proxy; every change rebuilds the rewriter with the new closure.
+
+// catalogWatch is the proxy's running catalog Watcher.
+type catalogWatch struct {
+	w      *infoschema.Watcher
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startCatalog reads the catalog once before the proxy serves (so that the
+// first statements are decided with it) and then keeps it fresh.
+func (p *Proxy) startCatalog(every time.Duration) {
+	w := infoschema.NewWatcher(p.adminDB, every, p.catalogChanged, p.logger)
+	ctx, cancel := context.WithCancel(context.Background())
+	cw := &catalogWatch{w: w, cancel: cancel, done: make(chan struct{})}
+	p.catalog = cw
+	first, stop := context.WithTimeout(ctx, 15*time.Second)
+	w.Refresh(first)
+	stop()
+	if s := w.State(); s.Snapshot == nil && s.Err == nil {
+		p.catalogChanged(infoschema.State{Err: context.DeadlineExceeded})
+	}
+	go func() {
+		defer close(cw.done)
+		w.Run(ctx)
+	}()
+}
+
+func (p *Proxy) stopCatalog() {
+	if p.catalog != nil {
+		p.catalog.cancel()
+		<-p.catalog.done
+	}
+}
+
+// catalogChanged installs a new catalog state: the runtime is rebuilt with
+// the current config and policy.
+func (p *Proxy) catalogChanged(st infoschema.State) {
+	p.updateMu.Lock()
+	defer p.updateMu.Unlock()
+	p.catState.Store(&st)
+	if old := p.rt.Load(); old != nil {
+		p.install(old.cfg, old.policy)
+	}
+}
+
+// CatalogState returns the catalog's state, and false when the proxy keeps
+// no catalog (catalog.refresh 0s or no backend.user).
+func (p *Proxy) CatalogState() (infoschema.State, bool) {
+	if p.catalog == nil {
+		return infoschema.State{}, false
+	}
+	if s := p.catState.Load(); s != nil {
+		return *s, true
+	}
+	return infoschema.State{}, true
+}
+
+// CatalogChecks is the number of catalog refreshes completed, and
+// WaitCatalog waits for one more than n: tests await a refresh by
+// condition.
+func (p *Proxy) CatalogChecks() uint64 {
+	if p.catalog == nil {
+		return 0
+	}
+	return p.catalog.w.Checks()
+}
+
+func (p *Proxy) WaitCatalog(ctx context.Context, n uint64) error {
+	if p.catalog == nil {
+		return errors.New("the proxy keeps no catalog")
+	}
+	return p.catalog.w.WaitChecks(ctx, n)
+}
+
+// catalogOptions returns the rewriter's view of the catalog for a policy.
+func (p *Proxy) catalogOptions(pol *policy.Policy) (*catalog.Closure, string) {
+	if p.catalog == nil {
+		return nil, ""
+	}
+	st := p.catState.Load()
+	if st == nil {
+		return nil, "the catalog has not been read yet"
+	}
+	var c *catalog.Closure
+	if st.Snapshot != nil {
+		c = catalog.Close(st.Snapshot, rewrite.ProtectedFor(pol))
+	}
+	stale := ""
+	if st.Err != nil {
+		stale = st.Err.Error()
+	} else if st.Snapshot == nil {
+		stale = "the catalog has not been read yet"
+	}
+	return c, stale
+}
+
+// catalogFingerprint: prepared statements are decided again when what the
+// catalog fences changes.
+func catalogFingerprint(c *catalog.Closure, stale string) string {
+	if c == nil && stale == "" {
+		return ""
+	}
+	h := sha256.New()
+	for _, l := range c.Lines() {
+		h.Write([]byte(l))
+		h.Write([]byte{'\n'})
+	}
+	if stale != "" {
+		h.Write([]byte("stale"))
+	}
+	return "|catalog=" + hex.EncodeToString(h.Sum(nil))
+}
+
+// afterDDL refreshes the catalog right after a statement that may have
+// changed it, before the client's next command: that connection's next
+// statements see the new objects.
+func (c *clientConn) afterDDL(sql []byte) {
+	cw := c.p.catalog
+	if cw == nil || !ddlHead(sql) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cw.w.Refresh(ctx)
+}
+
+// ddlHead: the text starts (after spaces and comments) with CREATE, ALTER,
+// DROP or RENAME. A miss only delays the catalog to its next refresh.
+func ddlHead(sql []byte) bool {
+	i := 0
+	for i < len(sql) {
+		switch {
+		case sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r':
+			i++
+		case sql[i] == '/' && i+1 < len(sql) && sql[i+1] == '*' && !(i+2 < len(sql) && sql[i+2] == '!'):
+			end := strings.Index(string(sql[i+2:]), "*/")
+			if end < 0 {
+				return false
+			}
+			i += end + 4
+		default:
+			j := i
+			for j < len(sql) && (sql[j] >= 'a' && sql[j] <= 'z' || sql[j] >= 'A' && sql[j] <= 'Z') {
+				j++
+			}
+			w := strings.ToLower(string(sql[i:j]))
+			return w == "create" || w == "alter" || w == "drop" || w == "rename"
+		}
+	}
+	return false
+}
