@@ -38,6 +38,8 @@ type envOptions struct {
 	mode    string   // enforce (default) | shadow
 	extra   string   // more YAML (top level)
 	tables  []string // more protected tables (unqualified, in the env's database), created by the test
+	audit   string   // more keys of the audit section, each line indented by two spaces
+	backend []string // more backend keys ("user: x")
 }
 
 func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
@@ -64,8 +66,8 @@ func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	for _, tb := range o.tables {
 		yml += "  - name: " + db + "." + tb + "\n"
 	}
-	yml += "audit:\n  file: " + auditFile + "\n" + o.extra
-	tp := startProxy(t, s.Addr, yml)
+	yml += "audit:\n  file: " + auditFile + "\n" + o.audit + o.extra
+	tp := startProxy(t, s.Addr, yml, o.backend...)
 	store, err := lease.NewStore(root, db+".fenced_job_leases")
 	if err != nil {
 		t.Fatal(err)

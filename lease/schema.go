@@ -67,10 +67,88 @@ func SchemaSQL(table string) ([]string, error) {
   ` + "`user`" + `            VARCHAR(255)    NOT NULL DEFAULT '',
   ` + "`schema_name`" + `     VARCHAR(64)     NOT NULL DEFAULT '',
   ` + "`digest`" + `          TEXT            NULL,
+  ` + auditAddedColumns + `,
   KEY ` + "`time`" + ` (` + "`time`" + `),
   KEY ` + "`lease_time`" + ` (` + "`lease`" + `, ` + "`time`" + `)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 	}, nil
+}
+
+// auditColumnsAdded are the audit table's columns added after its first
+// definition: CreateSchema adds them to an existing table.
+var auditColumnsAdded = []struct{ name, def string }{
+	{"outcome", "VARCHAR(16) NOT NULL DEFAULT ''"},
+	{"detail", "TEXT NULL"},
+	{"instance", "VARCHAR(255) NOT NULL DEFAULT ''"},
+	{"conn_id", "BIGINT UNSIGNED NOT NULL DEFAULT 0"},
+	{"backend_conn_id", "INT UNSIGNED NOT NULL DEFAULT 0"},
+	{"client_host", "VARCHAR(255) NOT NULL DEFAULT ''"},
+	{"program_name", "VARCHAR(255) NOT NULL DEFAULT ''"},
+}
+
+var auditAddedColumns = func() string {
+	parts := make([]string, len(auditColumnsAdded))
+	for i, c := range auditColumnsAdded {
+		parts[i] = fmt.Sprintf("%-19s %s", "`"+c.name+"`", c.def)
+	}
+	return strings.Join(parts, ",\n  ")
+}()
+
+// migrateAsMySQL makes tests take MySQL's path on MariaDB.
+var migrateAsMySQL bool
+
+// migrateAudit adds the columns an audit table created by an older init
+// lacks. MariaDB has ADD COLUMN IF NOT EXISTS (safe against a concurrent
+// init); MySQL 8 does not, so its columns are looked up first.
+func migrateAudit(ctx context.Context, c *sql.Conn, table string) error {
+	schema, name, err := splitTable(ctx, c, siblingTable(table, AuditTable))
+	if err != nil {
+		return err
+	}
+	var version string
+	if err := c.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return fmt.Errorf("lease: migrating the audit table: %w", err)
+	}
+	have := map[string]bool{}
+	mariadb := strings.Contains(strings.ToLower(version), "mariadb") && !migrateAsMySQL
+	if !mariadb {
+		rows, err := c.QueryContext(ctx, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", schema, name)
+		if err != nil {
+			return fmt.Errorf("lease: migrating the audit table: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var col string
+			if err := rows.Scan(&col); err != nil {
+				return fmt.Errorf("lease: migrating the audit table: %w", err)
+			}
+			have[strings.ToLower(col)] = true
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lease: migrating the audit table: %w", err)
+		}
+	}
+	var adds []string
+	for _, col := range auditColumnsAdded {
+		switch {
+		case mariadb:
+			adds = append(adds, "ADD COLUMN IF NOT EXISTS `"+col.name+"` "+col.def)
+		case !have[col.name]:
+			adds = append(adds, "ADD COLUMN `"+col.name+"` "+col.def)
+		}
+	}
+	if len(adds) == 0 {
+		return nil
+	}
+	q := "ALTER TABLE " + quoteTable(schema+"."+name) + " " + strings.Join(adds, ", ")
+	_, err = c.ExecContext(ctx, q)
+	// On MySQL two inits racing may both ALTER: the loser's duplicate
+	// column (1060) means the columns are there.
+	var me *mysql.MySQLError
+	if err != nil && !(errors.As(err, &me) && me.Number == 1060) {
+		return fmt.Errorf("lease: migrating the audit table %s.%s: %w", schema, name, err)
+	}
+	return nil
 }
 
 // CreateSchema creates the lease table table (empty: DefaultTable) and the
@@ -79,7 +157,8 @@ func SchemaSQL(table string) ([]string, error) {
 // case-insensitive collation, DATETIME instead of TIMESTAMP, an
 // auto-updating timestamp, is reported, not silently used), then adds the
 // WriteCounter column to a lease table that predates it (one ALTER TABLE;
-// existing rows get 0). Idempotent.
+// existing rows get 0) and the columns an older audit table lacks.
+// Idempotent.
 func CreateSchema(ctx context.Context, db *sql.DB, table string) error {
 	if table == "" {
 		table = DefaultTable
@@ -113,7 +192,10 @@ func CreateSchema(ctx context.Context, db *sql.DB, table string) error {
 	if err := checkSchema(ctx, c, table); err != nil {
 		return err
 	}
-	return addWriteCounter(ctx, c, table)
+	if err := addWriteCounter(ctx, c, table); err != nil {
+		return err
+	}
+	return migrateAudit(ctx, c, table)
 }
 
 // addWriteCounter adds WriteCounter to a lease table without it. The check

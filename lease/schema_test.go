@@ -25,7 +25,7 @@ func TestCreateSchemaIsIdempotent(t *testing.T) {
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, lease.AuditTable).Scan(&cols); err != nil {
 		t.Fatal(err)
 	}
-	if want := "id,time,reason,mode,lease,table_name,presented_owner,presented_token,current_token,client,user,schema_name,digest"; cols != want {
+	if want := auditColumns; cols != want {
 		t.Fatalf("audit columns %s, want %s", cols, want)
 	}
 	// Both tables are utf8mb4_bin.
@@ -34,6 +34,66 @@ func TestCreateSchemaIsIdempotent(t *testing.T) {
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?) AND TABLE_COLLATION = 'utf8mb4_bin'`,
 		lease.DefaultTable, lease.AuditTable).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("utf8mb4_bin tables: %d, %v", n, err)
+	}
+}
+
+// auditColumns are the audit table's columns: the contract's fields, then
+// outcome, detail and where the statement came from.
+const auditColumns = "id,time,reason,mode,lease,table_name,presented_owner,presented_token,current_token,client,user,schema_name,digest," +
+	"outcome,detail,instance,conn_id,backend_conn_id,client_host,program_name"
+
+// TestCreateSchemaMigratesAnOldAuditTable: an audit table made by an older
+// init (the first definition) gets the new columns, keeps its rows, and a
+// second run changes nothing.
+func TestCreateSchemaMigratesAnOldAuditTable(t *testing.T) {
+	for _, asMySQL := range []bool{false, true} {
+		name := "ADD COLUMN IF NOT EXISTS (MariaDB)"
+		if asMySQL {
+			name = "information_schema first (MySQL's path)"
+		}
+		t.Run(name, func(t *testing.T) {
+			lease.SetMigrateAsMySQL(t, asMySQL)
+			testMigration(t)
+		})
+	}
+}
+
+func testMigration(t *testing.T) {
+	e := newEnv(t)
+	for _, q := range []string{
+		"DROP TABLE " + lease.AuditTable,
+		"CREATE TABLE " + lease.AuditTable + ` (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  time TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  reason VARCHAR(32) NOT NULL, mode VARCHAR(16) NOT NULL, lease VARCHAR(191) NULL,
+  table_name VARCHAR(129) NOT NULL, presented_owner VARCHAR(64) NULL,
+  presented_token BIGINT UNSIGNED NULL, current_token BIGINT UNSIGNED NULL,
+  client VARCHAR(255) NOT NULL DEFAULT '', user VARCHAR(255) NOT NULL DEFAULT '',
+  schema_name VARCHAR(64) NOT NULL DEFAULT '', digest TEXT NULL,
+  KEY time (time), KEY lease_time (lease, time)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		"INSERT INTO " + lease.AuditTable + " (reason, mode, table_name) VALUES ('stale_token', 'enforce', 'app.t')",
+	} {
+		if _, err := e.root.ExecContext(ctxT(t), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if err := lease.CreateSchema(ctxT(t), e.app, ""); err != nil {
+			t.Fatalf("CreateSchema run %d: %v", i+1, err)
+		}
+		var cols string
+		var rows int
+		if err := e.root.QueryRowContext(ctxT(t), `SELECT GROUP_CONCAT(COLUMN_NAME ORDER BY ORDINAL_POSITION)
+			FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, lease.AuditTable).Scan(&cols); err != nil {
+			t.Fatal(err)
+		}
+		if cols != auditColumns {
+			t.Fatalf("run %d: audit columns %s, want %s", i+1, cols, auditColumns)
+		}
+		if err := e.root.QueryRowContext(ctxT(t), "SELECT COUNT(*) FROM "+lease.AuditTable+" WHERE reason = 'stale_token' AND outcome = '' AND conn_id = 0").Scan(&rows); err != nil || rows != 1 {
+			t.Fatalf("run %d: the old row: %d, %v", i+1, rows, err)
+		}
 	}
 }
 

@@ -89,7 +89,7 @@ func (c *Config) resolvePaths() {
 	for _, p := range []*string{
 		&c.ClientTLS.CertFile, &c.ClientTLS.KeyFile,
 		&c.Backend.CAFile, &c.Backend.CertFile, &c.Backend.KeyFile, &c.Backend.PasswordFile,
-		&c.Audit.File,
+		&c.Audit.File, &c.AdminAuth.TokenFile, &c.AdminTLS.CertFile, &c.AdminTLS.KeyFile,
 	} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)

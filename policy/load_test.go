@@ -32,7 +32,7 @@ func TestDefaults(t *testing.T) {
 			OnStale:    "zero_rows",
 			Mode:       "enforce",
 		},
-		Audit: Audit{MaxSizeMB: 100, MaxBackups: 10},
+		Audit: Audit{MaxSizeMB: 100, MaxBackups: 10, QueueSize: 10000},
 		Path:  "d.yaml",
 	}
 	for _, src := range []string{"", "{}\n", "backend:\nfencing:\n  variables:\ntimeouts:\n"} {

@@ -26,6 +26,11 @@ type Config struct {
 	Tables         []Table   `yaml:"tables"`
 	Audit          Audit     `yaml:"audit"`
 	Catalog        Catalog   `yaml:"catalog"`
+	AdminAuth      AdminAuth `yaml:"admin_auth"`
+	AdminTLS       AdminTLS  `yaml:"admin_tls"`
+	// InstanceID names this proxy in audit records (default: hostname and
+	// listen port, host:port).
+	InstanceID string `yaml:"instance_id"`
 
 	// Path is the file the config was read from (for messages and reload).
 	Path string `yaml:"-"`
@@ -137,6 +142,39 @@ type Audit struct {
 	MaxSizeMB int `yaml:"max_size_mb"`
 	// MaxBackups is the number of rotated files kept (default 10).
 	MaxBackups int `yaml:"max_backups"`
+
+	// The audit table (fenced_audit) is written through backend.user;
+	// without it only the file, the log, metrics and /audit get records.
+
+	// TableSchema is the one schema whose fenced_audit gets every record;
+	// "" = the protected table's own schema.
+	TableSchema string `yaml:"table_schema"`
+	// Retention deletes audit table rows older than this ("30d", "12h");
+	// 0 or absent = keep every row.
+	Retention Duration `yaml:"retention"`
+	// QueueSize bounds the records waiting for the audit table (default
+	// 10000); past it records reach the file only, and are counted as
+	// dropped.
+	QueueSize int `yaml:"queue_size"`
+}
+
+// AdminAuth is the bearer token the admin endpoint asks for. Without one,
+// every path is open to whoever reaches the admin address.
+type AdminAuth struct {
+	TokenFile string `yaml:"token_file"` // the token is the file's content, trailing newline excluded
+	TokenEnv  string `yaml:"token_env"`  // or the value of this environment variable
+	// ProtectProbes also requires the token for /metrics, /healthz and
+	// /readyz (default false: probes and scrapers usually cannot send one).
+	ProtectProbes bool `yaml:"protect_probes"`
+}
+
+// Enabled reports whether the admin endpoint requires a token.
+func (a AdminAuth) Enabled() bool { return a.TokenFile != "" || a.TokenEnv != "" }
+
+// AdminTLS makes the admin endpoint HTTPS.
+type AdminTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // Catalog is the proxy's knowledge of the schema objects that write tables

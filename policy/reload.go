@@ -70,7 +70,8 @@ func (r *Reloader) Reload() (changedNeedsRestart []string, err error) {
 // RestartKeys lists the keys that differ between two configs and take
 // effect only when the proxy restarts: the listening addresses, everything
 // about the backend (open connections keep theirs) and the client TLS
-// settings. Everything else (fencing, tables, audit, limits, timeouts,
+// settings, the admin endpoint's token and TLS, the instance id and the
+// audit table's queue size. Everything else (fencing, tables, audit, limits, timeouts,
 // logging) applies to the next statement or connection.
 func RestartKeys(old, new *Config) []string {
 	var changed []string
@@ -82,6 +83,14 @@ func RestartKeys(old, new *Config) []string {
 	}
 	changed = append(changed, changedFields("backend", old.Backend, new.Backend)...)
 	changed = append(changed, changedFields("client_tls", old.ClientTLS, new.ClientTLS)...)
+	changed = append(changed, changedFields("admin_auth", old.AdminAuth, new.AdminAuth)...)
+	changed = append(changed, changedFields("admin_tls", old.AdminTLS, new.AdminTLS)...)
+	if old.InstanceID != new.InstanceID {
+		changed = append(changed, "instance_id")
+	}
+	if old.Audit.QueueSize != new.Audit.QueueSize {
+		changed = append(changed, "audit.queue_size")
+	}
 	return changed
 }
 

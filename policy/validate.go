@@ -2,7 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Defaults of the timeouts.
@@ -29,6 +31,8 @@ const (
 const (
 	DefaultAuditMaxSizeMB  = 100
 	DefaultAuditMaxBackups = 10
+	DefaultAuditQueueSize  = 10000
+	maxAuditQueueSize      = 1000000
 )
 
 // fillDefaults sets every key the file does not set (absent or null) to its
@@ -77,6 +81,9 @@ func (c *Config) fillDefaults(d *decoder) {
 	}
 	if !d.has("catalog.refresh") && c.Backend.User != "" {
 		c.Catalog.Refresh = Duration(DefaultCatalogRefresh)
+	}
+	if !d.has("audit.queue_size") {
+		c.Audit.QueueSize = DefaultAuditQueueSize
 	}
 }
 
@@ -142,6 +149,54 @@ func (c *Config) validate(d *decoder) {
 	}
 	c.validateTables(d)
 	c.Audit.validate(d)
+	c.Audit.validateTable(d, c.Backend.User != "")
+	c.validateAdmin(d)
+}
+
+func (a *Audit) validateTable(d *decoder, hasUser bool) {
+	if !hasUser {
+		for _, k := range []string{"table_schema", "retention", "queue_size"} {
+			if d.has("audit." + k) {
+				d.fail("audit."+k, "needs backend.user: the audit table is written through the proxy's own account")
+			}
+		}
+		return
+	}
+	if d.has("audit.table_schema") && (!identChars(a.TableSchema) || len(a.TableSchema) > maxIdentLen) {
+		d.fail("audit.table_schema", fmt.Sprintf("%q: must be a schema name of 1 to %d characters of A-Z a-z 0-9 _ $", a.TableSchema, maxIdentLen))
+	}
+	if a.Retention < 0 {
+		d.fail("audit.retention", "must not be negative (0s = keep every row)")
+	} else if a.Retention > 0 && a.Retention.D() < time.Second {
+		d.fail("audit.retention", "must be 1s or more (0s = keep every row)")
+	}
+	if a.QueueSize < 1 || a.QueueSize > maxAuditQueueSize {
+		d.fail("audit.queue_size", fmt.Sprintf("must be from 1 to %d", maxAuditQueueSize))
+	}
+}
+
+func (c *Config) validateAdmin(d *decoder) {
+	if c.InstanceID != "" && (len(c.InstanceID) > 255 || strings.ContainsFunc(c.InstanceID, unicode.IsControl)) {
+		d.fail("instance_id", "must be 1 to 255 bytes without control characters")
+	}
+	if d.has("instance_id") && c.InstanceID == "" {
+		d.fail("instance_id", "must not be empty (omit it for hostname:port)")
+	}
+	a := c.AdminAuth
+	if a.TokenFile != "" && a.TokenEnv != "" {
+		d.fail("admin_auth.token_env", "give admin_auth.token_file or admin_auth.token_env, not both")
+	}
+	if !a.Enabled() && d.has("admin_auth.protect_probes") {
+		d.fail("admin_auth.protect_probes", "needs admin_auth.token_file or admin_auth.token_env")
+	}
+	pair(d, "admin_tls", c.AdminTLS.CertFile, c.AdminTLS.KeyFile)
+	if c.Admin == "" {
+		for _, k := range []string{"admin_auth", "admin_tls"} {
+			if d.has(k) {
+				d.fail(k, "has no effect with admin: \"\" (no admin endpoint)")
+			}
+		}
+	}
 }
 
 // maxAuditSizeMB keeps MaxSizeMB far from overflowing lumberjack's byte

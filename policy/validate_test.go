@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestEachRuleReportsPositionAndReason: one entry per rule, each file
@@ -16,7 +17,7 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 		// YAML and structure
 		{"syntax error", "listen: [1, 2\n", ""},
 		{"unknown top-level key", "lisen: 127.0.0.1:1\n",
-			`1:1: unknown key "lisen" (known: admin, audit, backend, catalog, client_tls, fencing, limits, listen, log_format, log_level, max_connections, tables, timeouts)`},
+			`1:1: unknown key "lisen" (known: admin, admin_auth, admin_tls, audit, backend, catalog, client_tls, fencing, instance_id, limits, listen, log_format, log_level, max_connections, tables, timeouts)`},
 		{"unknown nested key", "backend:\n  adress: 127.0.0.1:3306\n",
 			`2:3: unknown key "adress" in backend (known: address, ca_file, cert_file, key_file, password_env, password_file, server_name, tls, user)`},
 		{"unknown key in a table entry", "tables:\n  - name: a.b\n    leese: x\n",
@@ -104,11 +105,41 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 		{"max_backups with file empty", "audit:\n  file: \"\"\n  max_backups: 2\n",
 			`3:16: audit.max_backups: needs audit.file`},
 
+		// audit table
+		{"table_schema without backend.user", "audit:\n  table_schema: ops\n",
+			`2:17: audit.table_schema: needs backend.user: the audit table is written through the proxy's own account`},
+		{"retention without backend.user", "audit:\n  retention: 30d\n",
+			`2:14: audit.retention: needs backend.user: the audit table is written through the proxy's own account`},
+		{"table_schema quoted", "backend: {user: fp, password_env: P}\naudit:\n  table_schema: \"a-b\"\n",
+			`3:17: audit.table_schema: "a-b": must be a schema name of 1 to 64 characters of A-Z a-z 0-9 _ $`},
+		{"retention negative", "backend: {user: fp, password_env: P}\naudit:\n  retention: -1h\n",
+			`3:14: audit.retention: must not be negative (0s = keep every row)`},
+		{"retention under a second", "backend: {user: fp, password_env: P}\naudit:\n  retention: 10ms\n",
+			`3:14: audit.retention: must be 1s or more (0s = keep every row)`},
+		{"retention days with a bad rest", "backend: {user: fp, password_env: P}\naudit:\n  retention: 3dx\n",
+			`3:14: audit.retention: "3dx" is not a duration such as "5s", "1m30s", "30d" or "0s"`},
+		{"queue_size 0", "backend: {user: fp, password_env: P}\naudit:\n  queue_size: 0\n",
+			`3:15: audit.queue_size: must be from 1 to 1000000`},
+
+		// admin endpoint
+		{"instance_id empty", "instance_id: \"\"\n",
+			`1:14: instance_id: must not be empty (omit it for hostname:port)`},
+		{"instance_id with a newline", "instance_id: \"a\\nb\"\n",
+			`1:14: instance_id: must be 1 to 255 bytes without control characters`},
+		{"token file and env", "admin_auth:\n  token_file: t\n  token_env: T\n",
+			`3:14: admin_auth.token_env: give admin_auth.token_file or admin_auth.token_env, not both`},
+		{"protect_probes without a token", "admin_auth:\n  protect_probes: true\n",
+			`2:19: admin_auth.protect_probes: needs admin_auth.token_file or admin_auth.token_env`},
+		{"admin_tls without key", "admin_tls:\n  cert_file: c.pem\n",
+			`2:14: admin_tls.cert_file: needs admin_tls.key_file too`},
+		{"admin_auth with admin off", "admin: \"\"\nadmin_auth:\n  token_env: T\n",
+			`3:3: admin_auth: has no effect with admin: "" (no admin endpoint)`},
+
 		// durations
 		{"duration without unit", "timeouts:\n  idle: 30\n",
 			`2:9: timeouts.idle: 30 is not a duration: write it with a unit, such as "5s" or "0s"`},
 		{"duration unparsable", "timeouts:\n  connect: 5 seconds\n",
-			`2:12: timeouts.connect: "5 seconds" is not a duration such as "5s", "1m30s" or "0s"`},
+			`2:12: timeouts.connect: "5 seconds" is not a duration such as "5s", "1m30s", "30d" or "0s"`},
 		{"duration negative", "timeouts:\n  shutdown: -1s\n",
 			`2:13: timeouts.shutdown: must not be negative (0s = no limit)`},
 
@@ -260,6 +291,9 @@ func TestValidValuesAccepted(t *testing.T) {
 		{"verify-full without ca_file (system roots)", "backend: {tls: verify-full}\n"},
 		{"user with password_env", "backend: {user: fp, password_env: FP_PW}\n"},
 		{"user with password_file", "backend: {user: fp, password_file: pw}\n"},
+		{"audit table keys", "backend: {user: fp, password_env: P}\naudit: {table_schema: ops$1, retention: 30d, queue_size: 1}\n"},
+		{"retention days and hours", "backend: {user: fp, password_env: P}\naudit: {retention: 1d12h}\n"},
+		{"admin token and TLS", "instance_id: proxy-1\nadmin_auth: {token_env: T, protect_probes: true}\nadmin_tls: {cert_file: c.pem, key_file: k.pem}\n"},
 		{"dollar in names", "fencing: {lease_table: ops$x.l$}\ntables:\n  - name: a$.b$\n"},
 		{"fixed lease with colon and space", "tables:\n  - name: app.runs\n    lease: \"admin: nightly run #2\"\n"},
 		{"table in another schema named like an unqualified lease table", "fencing: {lease_table: ops.fenced_job_leases}\ntables:\n  - name: app.fenced_job_leases\n"},
@@ -271,6 +305,32 @@ func TestValidValuesAccepted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := Parse("f.yaml", []byte(tt.yaml)); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestParseDuration: days in front of a Go duration, and what is refused.
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"30d", 30 * 24 * time.Hour, true},
+		{"1d12h", 36 * time.Hour, true},
+		{"0d", 0, true},
+		{"90s", 90 * time.Second, true},
+		{"d", 0, false},
+		{"1d-1h", 0, false},
+		{"3dx", 0, false},
+		{"999999999999d", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseDuration(tt.in)
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Fatalf("ParseDuration(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
 			}
 		})
 	}

@@ -27,6 +27,9 @@ func OpenAdminDB(b policy.Backend) (*sql.DB, error) {
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = b.User, pw, "tcp", b.Address
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 5*time.Second, 30*time.Second, 30*time.Second
+	// UTC sessions: the audit writer sends record times as UTC text, and
+	// lease times compared in a zone with daylight saving repeat an hour.
+	cfg.Params = map[string]string{"time_zone": "'+00:00'"}
 	tlsCfg, err := backendTLSConfig(b)
 	if err != nil {
 		return nil, err

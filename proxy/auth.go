@@ -97,6 +97,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 	c.caps = ch.caps & offered
 	c.deprecateEOF = c.caps&mysql.CLIENT_DEPRECATE_EOF != 0
 	c.user = ch.user
+	c.program = ch.program
 	c.sess.Schema = ch.db
 	c.resetCharsetUnsafe = collationUnsafe(c.srv, uint16(ch.charset))
 	c.setCharset(c.resetCharsetUnsafe)

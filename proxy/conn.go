@@ -35,9 +35,10 @@ type clientConn struct {
 	connID       uint32
 
 	// session as the rewriter and the audit need it
-	user   string
-	sess   rewrite.Session
-	status uint16 // last server status flags seen
+	user    string
+	program string // program_name connection attribute, for the audit
+	sess    rewrite.Session
+	status  uint16 // last server status flags seen
 	// resetCharsetUnsafe: the character set COM_RESET_CONNECTION returns to
 	// (see session.go) is unsafe or unknown.
 	resetCharsetUnsafe bool

@@ -443,6 +443,7 @@ func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
 	rec.Client = c.remote
 	rec.User = c.user
 	rec.Schema = c.sess.Schema
+	c.auditOrigin(&rec)
 	if err := c.p.audit.Write(rec); err != nil {
 		c.p.metrics.AuditErrors.Inc()
 		c.log.Error("audit write failed", "err", err)

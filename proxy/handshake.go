@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
@@ -130,6 +131,7 @@ type clientHandshake struct {
 	db       string
 	plugin   string
 	authResp []byte
+	program  string // the program_name connection attribute, "" if not sent
 }
 
 // sslRequestLen is the length of an SSLRequest: the response's fixed part.
@@ -192,8 +194,53 @@ func parseClientHandshake(p []byte) (*clientHandshake, error) {
 			end = len(p) - i
 		}
 		c.plugin = string(p[i : i+end])
+		i += end + 1
+	}
+	if c.caps&mysql.CLIENT_CONNECT_ATTRS != 0 && i < len(p) {
+		c.program = connectAttr(p[i:], "program_name")
 	}
 	return c, nil
+}
+
+// maxProgramName bounds what an audit record keeps of program_name.
+const maxProgramName = 255
+
+// connectAttr returns the value of connection attribute key in attrs (a
+// length-encoded block of length-encoded key and value strings), or "".
+// Attributes are only read for the audit: a malformed block is ignored,
+// never an error, and the response is relayed as the client sent it.
+func connectAttr(attrs []byte, key string) string {
+	total, k, _ := lenEnc(attrs)
+	if k == 0 || uint64(len(attrs)-k) < total {
+		return ""
+	}
+	block := attrs[k : k+int(total)]
+	str := func() (string, bool) {
+		n, k, _ := lenEnc(block)
+		if k == 0 || uint64(len(block)-k) < n {
+			return "", false
+		}
+		s := string(block[k : k+int(n)])
+		block = block[k+int(n):]
+		return s, true
+	}
+	for len(block) > 0 {
+		name, ok := str()
+		if !ok {
+			return ""
+		}
+		value, ok := str()
+		if !ok {
+			return ""
+		}
+		if name == key {
+			if len(value) > maxProgramName {
+				value = value[:maxProgramName]
+			}
+			return strings.ToValidUTF8(value, "?")
+		}
+	}
+	return ""
 }
 
 // forBackend is the client's response as sent to the backend: unchanged but

@@ -21,6 +21,8 @@ type Metrics struct {
 	StatementsRefused   *prometheus.CounterVec
 	BackendUp           prometheus.Gauge
 	AuditErrors         prometheus.Counter
+	AuditTableWritten   prometheus.Counter
+	AuditTableDropped   prometheus.Counter
 	LeaseCalls          *prometheus.CounterVec
 	Draining            prometheus.Gauge
 
@@ -72,7 +74,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BackendUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_backend_up", Help: "1 when the last connection to the backend (a client's, or a readiness check) got its greeting, 0 when it failed."}),
 		AuditErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fenceproxy_audit_write_errors_total", Help: "Audit records that could not be written to the audit file."}),
+			Name: "fenceproxy_audit_write_errors_total", Help: "Audit records that could not be written to the audit file or the audit table (fenced_audit)."}),
+		AuditTableWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_audit_table_written_total", Help: "Audit records written to the audit table (fenced_audit)."}),
+		AuditTableDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_audit_table_dropped_total", Help: "Audit records that never reached the audit table (queue full, write failed, no schema, shutdown); the audit file still has them."}),
 		LeaseCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_lease_calls_total", Help: "SQL lease functions answered by the proxy, by function and result: ok (acquired, renewed, released, status read), held (fence_acquire: held by another owner), lost (fence_renew/fence_release: the session's lease expired, was taken over or released), error."},
 			[]string{"func", "result"}),
@@ -100,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.Statements,
-			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.LeaseCalls, m.Draining)
+			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining)
 	}
 	return m
 }

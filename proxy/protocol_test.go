@@ -222,3 +222,51 @@ func TestClassifySQL(t *testing.T) {
 		t.Errorf("session lease check on TiDB (no share lock): %s", dyn)
 	}
 }
+
+// TestClientHandshakeConnectAttrs: program_name is read from the
+// connection attributes when the client sends them; a malformed block is
+// ignored, and the response is relayed unchanged either way.
+func TestClientHandshakeConnectAttrs(t *testing.T) {
+	attrs := func(kv ...string) []byte {
+		var block []byte
+		for _, s := range kv {
+			block = appendLenEncString(block, s)
+		}
+		return appendLenEncString(nil, string(block))
+	}
+	tests := []struct {
+		name  string
+		attrs []byte
+		want  string
+	}{
+		{"program_name among others", attrs("_os", "linux", "program_name", "invoicer", "_pid", "42"), "invoicer"},
+		{"no program_name", attrs("_client_name", "libmariadb"), ""},
+		{"block longer than the packet", append([]byte{0x20}, attrs("program_name", "x")[1:]...), ""},
+		{"value cut short", []byte{0x0e, 0x0c, 'p', 'r', 'o', 'g', 'r', 'a', 'm', '_', 'n', 'a', 'm', 'e', 0x05}, ""},
+		{"long name bounded", attrs("program_name", strings.Repeat("p", 300)), strings.Repeat("p", maxProgramName)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			caps := uint32(mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_PLUGIN_AUTH |
+				mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | mysql.CLIENT_CONNECT_ATTRS)
+			p := binary.LittleEndian.AppendUint32(nil, caps)
+			p = binary.LittleEndian.AppendUint32(p, 1<<24)
+			p = append(p, 45)
+			p = append(p, make([]byte, 23)...)
+			p = append(p, "alice\x00"...)
+			p = appendLenEncString(p, "01234567890123456789")
+			p = append(p, "mysql_native_password\x00"...)
+			p = append(p, tt.attrs...)
+			ch, err := parseClientHandshake(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.program != tt.want || ch.plugin != "mysql_native_password" {
+				t.Fatalf("program %q plugin %q, want %q", ch.program, ch.plugin, tt.want)
+			}
+			if out := ch.forBackend(caps, false, len(ch.raw)); !bytes.Equal(out, p) {
+				t.Fatal("the response relayed to the backend changed")
+			}
+		})
+	}
+}

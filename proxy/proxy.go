@@ -44,7 +44,9 @@ type Proxy struct {
 	audit   *audit.Log
 	adminDB *sql.DB // the proxy's own backend account (backend.user), nil if none
 
-	ownsAdminDB bool // opened by New, closed by Shutdown
+	ownsAdminDB bool         // opened by New, closed by Shutdown
+	auditTable  *audit.Table // nil without adminDB
+	instance    string       // instance_id, in audit records
 
 	rt       atomic.Pointer[runtime]
 	updateMu sync.Mutex // serialises Update
@@ -95,6 +97,9 @@ type Options struct {
 	// backend.user is configured; without it they run in the client's
 	// session.
 	AdminDB *sql.DB
+	// InstanceID overrides instance_id (and its default, the hostname
+	// and listen port).
+	InstanceID string
 }
 
 // New builds a proxy for cfg. The backend and TLS settings are fixed for the
@@ -133,10 +138,12 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		}
 		p.ownsAdminDB = p.adminDB != nil
 	}
+	p.instance = instanceID(cfg, opts.InstanceID)
 	p.Update(cfg, pol)
 	if r := cfg.Catalog.Refresh.D(); r > 0 && p.adminDB != nil {
 		p.startCatalog(r)
 	}
+	p.startAuditTable(cfg)
 	return p, nil
 }
 
@@ -280,6 +287,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	if p.ownsAdminDB {
 		defer p.adminDB.Close()
 	}
+	defer p.closeAuditTable(ctx)
 	select {
 	case <-finished:
 		return nil

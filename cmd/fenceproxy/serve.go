@@ -171,12 +171,16 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	}
 	defer auditLog.Close()
 
-	p, err := proxy.New(cfg, reloader.Policy(), proxy.Options{Logger: logger, Metrics: metrics, Audit: auditLog})
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	// Listening first: the default instance id names the port in use,
+	// also when listen asks for any (":0").
+	p, err := proxy.New(cfg, reloader.Policy(), proxy.Options{Logger: logger, Metrics: metrics, Audit: auditLog,
+		InstanceID: defaultInstanceID(cfg, ln.Addr())})
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	tables := make([]string, len(cfg.Tables))
@@ -189,7 +193,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	}
 	logger.Info("fenceproxy listening", "version", version, "config", cfg.Path, "listen", ln.Addr().String(),
 		"backend", cfg.Backend.Address, "protected_tables", strings.Join(tables, ","),
-		"mode", cfg.Fencing.Mode, "on_stale", cfg.Fencing.OnStale, "audit", auditDest)
+		"mode", cfg.Fencing.Mode, "on_stale", cfg.Fencing.OnStale, "audit", auditDest, "instance", p.Instance())
 
 	var adminSrv *http.Server
 	if cfg.Admin != "" {
@@ -294,6 +298,22 @@ func registerMetrics(reg prometheus.Registerer) (m *proxy.Metrics, reloadOK, rel
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	reg.MustRegister(reloadOK, reloadTime, buildInfo)
 	return m, reloadOK, reloadTime
+}
+
+// defaultInstanceID is instance_id, else hostname:port of the listener.
+func defaultInstanceID(cfg *policy.Config, addr net.Addr) string {
+	if cfg.InstanceID != "" {
+		return cfg.InstanceID
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	_, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return host
+	}
+	return host + ":" + port
 }
 
 func auditFile(cfg *policy.Config) audit.File {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gopkg.in/natefinch/lumberjack.v2"
@@ -48,6 +49,17 @@ type Record struct {
 	Outcome string `json:"outcome"`
 	// Detail explains a refusal.
 	Detail string `json:"detail,omitempty"`
+
+	// Where the statement came from, for an operator matching records of
+	// several proxies with app logs: the proxy (instance_id), its
+	// connection id (as in its log and /connections), the backend's
+	// CONNECTION_ID() that the client sees, the client's host, and the
+	// program_name connection attribute the client sent, if any.
+	Instance      string `json:"instance,omitempty"`
+	ConnID        uint64 `json:"conn_id,omitempty"`
+	BackendConnID uint32 `json:"backend_conn_id,omitempty"`
+	ClientHost    string `json:"client_host,omitempty"`
+	Program       string `json:"program_name,omitempty"`
 }
 
 // File is where and how the audit file is written.
@@ -63,6 +75,8 @@ type File struct {
 
 // Log appends records to a file (optional) and keeps the last few in memory.
 type Log struct {
+	table atomic.Pointer[Table] // also queued for the audit table, if set
+
 	mu     sync.Mutex
 	file   File
 	w      io.WriteCloser // nil: memory only
@@ -125,14 +139,22 @@ func (l *Log) Reopen(f File) error {
 	return nil
 }
 
-// Write records r. The record is kept in memory even if the file write
-// fails; the error is returned for the caller to count and log.
+// SetTable makes every record written from now on also go to t (nil:
+// none). t's queue never blocks Write.
+func (l *Log) SetTable(t *Table) { l.table.Store(t) }
+
+// Write records r. The record is kept in memory (and queued for the audit
+// table) even if the file write fails; the error is returned for the caller
+// to count and log.
 func (l *Log) Write(r Record) error {
 	line, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	line = append(line, '\n')
+	if t := l.table.Load(); t != nil {
+		t.Enqueue(r)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.recent[l.next] = r

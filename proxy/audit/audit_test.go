@@ -227,3 +227,27 @@ func TestReopenOnReload(t *testing.T) {
 		t.Errorf("reopened file: %v, mode %v, want 0640", err, st.Mode().Perm())
 	}
 }
+
+// TestCutFitsColumns: values are cut to a column's width at a character
+// boundary, never leaving half a character or invalid UTF-8.
+func TestCutFitsColumns(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly", 7, "exactly"},
+		{"truncated", 5, "trunc"},
+		{"aé", 2, "a"}, // é is 2 bytes: not split
+		{"aé", 3, "aé"},
+		{"\xffab", 3, "?ab"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			if got := cut(tt.in, tt.n); got != tt.want {
+				t.Fatalf("cut(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+			}
+		})
+	}
+}
