@@ -224,3 +224,40 @@ func TestCatalogRefreshDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminToken: the admin token from a file (trailing newline dropped) or
+// an environment variable; unset, unreadable or empty is an error.
+func TestAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("FP_TEST_ADMIN_TOKEN", "env-token")
+	t.Setenv("FP_TEST_ADMIN_EMPTY", "")
+	tests := []struct {
+		name string
+		auth AdminAuth
+		want string
+		err  string
+	}{
+		{"none", AdminAuth{}, "", ""},
+		{"env", AdminAuth{TokenEnv: "FP_TEST_ADMIN_TOKEN"}, "env-token", ""},
+		{"env unset", AdminAuth{TokenEnv: "FP_TEST_ADMIN_UNSET"}, "", "FP_TEST_ADMIN_UNSET is not set"},
+		{"env empty", AdminAuth{TokenEnv: "FP_TEST_ADMIN_EMPTY"}, "", "the token is empty"},
+		{"file", AdminAuth{TokenFile: write("tok", "file-token\r\n")}, "file-token", ""},
+		{"file empty", AdminAuth{TokenFile: write("empty", "\n")}, "", "the token is empty"},
+		{"file missing", AdminAuth{TokenFile: filepath.Join(dir, "nope")}, "", "admin_auth.token_file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.auth.Token()
+			if got != tt.want || (tt.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("Token() = %q, %v; want %q, error containing %q", got, err, tt.want, tt.err)
+			}
+		})
+	}
+}

@@ -65,6 +65,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		return 0, c.client.fail(err)
 	}
 	cmd := head[headerLen]
+	c.noteCommand(cmd)
 	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_PREPARE {
 		// The statement text may not exceed max_query_bytes, whether the
 		// proxy inspects it or only relays it; forwardCommand counts

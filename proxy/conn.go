@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -22,6 +23,11 @@ type clientConn struct {
 	log    *slog.Logger
 	client *packetConn
 	remote string
+	raw    net.Conn // the client's TCP connection, for kill
+
+	connectedAt time.Time
+	acquired    lease.Lease // from the last fence_acquire, for /connections (Owner unused)
+	pub         connState   // under mu
 
 	backend *packetConn
 
@@ -82,7 +88,7 @@ type clientConn struct {
 }
 
 func newClientConn(p *Proxy, nc net.Conn, id uint64) *clientConn {
-	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), remote: nc.RemoteAddr().String()}
+	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), remote: nc.RemoteAddr().String(), raw: nc, connectedAt: time.Now()}
 	c.log = p.logger.With("conn", id, "client", c.remote)
 	return c
 }
@@ -94,6 +100,7 @@ func (c *clientConn) serve(rt *runtime) {
 		return
 	}
 	c.log.Debug("connection established", "user", c.user, "backend_conn_id", c.connID)
+	c.publish()
 	for {
 		rt := c.p.rt.Load()
 		if err := c.waitCommand(rt); err != nil {
@@ -109,6 +116,7 @@ func (c *clientConn) serve(rt *runtime) {
 		m.commands[cmd].Inc()
 		m.durations[cmd].Observe(time.Since(start).Seconds())
 		c.flushCounters()
+		c.publish()
 		if err != nil {
 			c.fail(err)
 			return

@@ -196,6 +196,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 			if err := c.setFenceVars(rt, l); err != nil {
 				return c.leaseError(name, err)
 			}
+			c.acquired = lease.Lease{Name: l.Name, Token: l.Token}
 			row = []value{{s: strconv.FormatUint(l.Token, 10)}}
 		}
 	case rewrite.FenceRenew, rewrite.FenceRelease:
@@ -216,6 +217,9 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 				_, err = lease.RenewOn(ctx, conn, table, l, ttl)
 			} else {
 				err = lease.ReleaseOn(ctx, conn, table, l)
+				if err == nil || errors.Is(err, lease.ErrLost) {
+					c.acquired = lease.Lease{}
+				}
 			}
 			if err != nil && !errors.Is(err, lease.ErrLost) {
 				return c.leaseError(name, err)

@@ -37,6 +37,12 @@ func Preflight(cfg *policy.Config) []error {
 	add(err)
 	_, err = cfg.Backend.Password()
 	add(err)
+	if cfg.Admin != "" {
+		_, err = AdminTLSConfig(cfg.AdminTLS)
+		add(err)
+		_, err = cfg.AdminAuth.Token()
+		add(err)
+	}
 	add(checkWritableFile("audit.file", cfg.Audit.File))
 	return errs
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -202,12 +203,29 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 			ln.Close()
 			return err
 		}
+		token, err := cfg.AdminAuth.Token()
+		if err != nil {
+			ln.Close()
+			aln.Close()
+			return err
+		}
+		tlsCfg, err := proxy.AdminTLSConfig(cfg.AdminTLS)
+		if err != nil {
+			ln.Close()
+			aln.Close()
+			return err
+		}
 		adminSrv = &http.Server{
-			Handler:           &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: p.Ready, Draining: p.Draining},
+			Handler: &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: p.Ready, Draining: p.Draining, Sessions: p,
+				Token: token, ProtectProbes: cfg.AdminAuth.ProtectProbes},
 			ReadHeaderTimeout: 5 * time.Second,
+			TLSConfig:         tlsCfg,
+		}
+		if tlsCfg != nil {
+			aln = tls.NewListener(aln, tlsCfg)
 		}
 		go adminSrv.Serve(aln)
-		logger.Info("admin endpoint listening", "admin", aln.Addr().String())
+		logger.Info("admin endpoint listening", "admin", aln.Addr().String(), "tls", tlsCfg != nil, "token", token != "")
 	}
 
 	notify := func(state ...string) {

@@ -1,26 +1,47 @@
 // Package admin is fenceproxy's HTTP endpoint for operators: Prometheus
-// metrics, liveness, readiness (backend reachable) and the latest audit
-// records.
+// metrics, liveness, readiness (backend reachable), the latest audit
+// records, the client connections (list, close) and the leases; with a
+// bearer token for what is not a probe.
 package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 )
 
-// Handler serves /metrics, /healthz, /readyz and /audit.
+// Sessions is what the proxy tells the admin endpoint about its clients
+// and leases (*proxy.Proxy).
+type Sessions interface {
+	Connections() []proxy.ConnInfo
+	CloseConnection(id uint64) bool
+	Leases(ctx context.Context) ([]proxy.LeaseInfo, error)
+}
+
+// Handler serves /metrics, /healthz, /readyz, /audit, /connections and
+// /leases.
 type Handler struct {
 	Gatherer prometheus.Gatherer
 	Audit    *audit.Log
+	// Sessions answers /connections and /leases; nil: they answer 404.
+	Sessions Sessions
+	// Token, when set, is the bearer token /audit, /connections and
+	// /leases require (and, with ProtectProbes, /metrics, /healthz and
+	// /readyz too).
+	Token         string
+	ProtectProbes bool
 	// Ready reports whether the backend can be reached; it is called at
 	// most once a second however often /readyz is asked.
 	Ready func(ctx context.Context) error
@@ -39,14 +60,85 @@ type Handler struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.once.Do(func() {
 		h.mux = http.NewServeMux()
-		h.mux.Handle("GET /metrics", promhttp.HandlerFor(h.Gatherer, promhttp.HandlerOpts{}))
-		h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		probe := func(hf http.Handler) http.Handler {
+			if h.ProtectProbes {
+				return h.auth(hf)
+			}
+			return hf
+		}
+		h.mux.Handle("GET /metrics", probe(promhttp.HandlerFor(h.Gatherer, promhttp.HandlerOpts{})))
+		h.mux.Handle("GET /healthz", probe(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Write([]byte("ok\n"))
-		})
-		h.mux.HandleFunc("GET /readyz", h.readyz)
-		h.mux.HandleFunc("GET /audit", h.audit)
+		})))
+		h.mux.Handle("GET /readyz", probe(http.HandlerFunc(h.readyz)))
+		h.mux.Handle("GET /audit", h.auth(http.HandlerFunc(h.audit)))
+		if h.Sessions != nil {
+			h.mux.Handle("GET /connections", h.auth(http.HandlerFunc(h.connections)))
+			h.mux.Handle("DELETE /connections/{id}", h.auth(http.HandlerFunc(h.closeConnection)))
+			h.mux.Handle("GET /leases", h.auth(http.HandlerFunc(h.leases)))
+		}
 	})
 	h.mux.ServeHTTP(w, r)
+}
+
+// auth requires the bearer token, when one is set. The comparison takes
+// the same time whatever the token sent.
+func (h *Handler) auth(next http.Handler) http.Handler {
+	if h.Token == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(h.Token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy"`)
+			http.Error(w, "unauthorized: send Authorization: Bearer <admin token> (admin_auth)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// connections lists the client connections as JSON lines, by id.
+func (h *Handler) connections(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	for _, c := range h.Sessions.Connections() {
+		enc.Encode(c)
+	}
+}
+
+// closeConnection closes one client connection: 204, or 404 if there is
+// none with that id.
+func (h *Handler) closeConnection(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil {
+		http.Error(w, "connection id must be a number (the id of GET /connections)", http.StatusBadRequest)
+		return
+	}
+	if !h.Sessions.CloseConnection(id) {
+		http.Error(w, "no connection "+strconv.FormatUint(id, 10), http.StatusNotFound)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// leases lists the leases as JSON lines; 503 when the proxy has no account
+// of its own to read them with, or the database fails.
+func (h *Handler) leases(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	ls, err := h.Sessions.Leases(ctx)
+	if err != nil {
+		http.Error(w, "leases: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	for _, l := range ls {
+		enc.Encode(l)
+	}
 }
 
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
@@ -70,11 +162,15 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ready\n"))
 }
 
-// audit returns the latest audit records as JSON lines, oldest first;
-// ?n= limits how many (default 100).
+// audit returns the latest audit records kept in memory (the last 1,000)
+// as JSON lines, oldest first. Filters, as `fenceproxy audit` takes them:
+// since, until (a duration before now such as 12h, or a time), lease,
+// table, reason; n limits how many of the newest matching records (default
+// 100).
 func (h *Handler) audit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
 	n := 100
-	if s := r.URL.Query().Get("n"); s != "" {
+	if s := q.Get("n"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {
 			http.Error(w, "n must be a positive integer", http.StatusBadRequest)
@@ -82,9 +178,37 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request) {
 		}
 		n = v
 	}
+	now := time.Now()
+	f := audit.Filter{Lease: q.Get("lease"), Table: q.Get("table"), Reason: q.Get("reason")}
+	for _, b := range []struct {
+		key string
+		t   *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if s := q.Get(b.key); s != "" {
+			t, err := audit.ParseTime(s, now)
+			if err != nil {
+				http.Error(w, b.key+": "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			*b.t = t
+		}
+	}
+	if err := f.Check(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var out []audit.Record
+	for _, rec := range h.Audit.Recent(0) {
+		if f.Match(rec) {
+			out = append(out, rec)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
-	for _, rec := range h.Audit.Recent(n) {
+	for _, rec := range out {
 		enc.Encode(rec)
 	}
 }
