@@ -164,8 +164,9 @@ func TestAdminConnectionsListAndClose(t *testing.T) {
 		_, ok := byBackend()[busyID]
 		return !ok
 	})
-	// The backend session ended too: its SLEEP does not run on.
-	eventually(t, 5*time.Second, "the backend session of the closed connection to end", func() bool {
+	// The backend session ended too: its SLEEP does not run on. The
+	// server looks at a sleeping session's socket every 5 seconds.
+	eventually(t, 15*time.Second, "the backend session of the closed connection to end", func() bool {
 		return queryString(t, e.root, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "+strconv.FormatUint(uint64(busyID), 10)) == "0"
 	})
 	if _, ok := byBackend()[idleID]; !ok {

@@ -175,7 +175,16 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		c.client.conn.SetReadDeadline(deadline)
 		c.mu.Lock()
 		c.idle = !c.inTransaction()
+		// A watch that fired before idle was set could not wake this
+		// wait (it found idle false): its fired flag, stored before it
+		// took mu, is visible here.
+		fired := watch != nil && watch.fired.Load()
 		c.mu.Unlock()
+		if fired {
+			watch.stop(c)
+			watch = nil
+			return c.backendGone()
+		}
 		if c.p.draining.Load() && !c.inTransaction() {
 			return errDraining
 		}
