@@ -155,11 +155,13 @@ func (e *auditEnv) lockAudit(t *testing.T) func() {
 func TestAuditTableGetsEveryRecord(t *testing.T) {
 	e := newAuditEnv(t, "")
 	c, backendID, l := e.staleSession(t, "invoice:acme")
+	start := time.Now()
 	staleWrite(t, c, "acme")
 	if _, err := c.ExecContext(context.Background(), "TRUNCATE TABLE invoices"); err == nil {
 		t.Fatal("TRUNCATE of a protected table was not refused")
 	}
 	eventually(t, 2*time.Second, "two rows in fenced_audit", func() bool { return e.countRows(t, "1") == 2 })
+	t.Logf("both records in fenced_audit %v after the stale write began", time.Since(start).Round(time.Millisecond))
 	rows := e.tableRows(t, "1")
 	file := e.auditRecords(t)
 	if len(file) != 2 {

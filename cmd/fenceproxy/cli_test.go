@@ -139,8 +139,14 @@ tables:
   - name: app.invoices
 audit:
   file: `+missing+`/audit.jsonl
+admin_auth:
+  token_file: `+missing+`/admin-token
+admin_tls:
+  cert_file: `+missing+`/admin-cert.pem
+  key_file: `+missing+`/admin-key.pem
 `)
-	wants := []string{"4 problems", "backend CA", "client_tls", "FP_TEST_UNSET_PASSWORD is not set", "audit.file " + missing + "/audit.jsonl: directory " + missing}
+	wants := []string{"6 problems", "backend CA", "client_tls", "FP_TEST_UNSET_PASSWORD is not set", "audit.file " + missing + "/audit.jsonl: directory " + missing,
+		"admin_auth.token_file", "admin_tls"}
 	for _, cmd := range [][]string{{"check-config", path}, {"serve", "--config", path}} {
 		r := cli(t, cmd...)
 		wantCode(t, r, exitRefused, strings.Join(cmd, " "))
