@@ -108,7 +108,9 @@ func TestStaleWritesInsideTransactions(t *testing.T) {
 					if w.name != "update" {
 						e.awaitExpired(t, name) // the previous form's takeover
 					}
-					la := e.acquire(t, name, 400*time.Millisecond)
+					// Long enough that A's write comes before its expiry on a
+					// loaded machine; the takeover then waits for that expiry.
+					la := e.acquire(t, name, 1500*time.Millisecond)
 					setFence(t, a, la)
 					mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
 					mustExec(t, a, "BEGIN")
@@ -118,7 +120,7 @@ func TestStaleWritesInsideTransactions(t *testing.T) {
 					e.awaitExpired(t, name)
 					takeover := make(chan error, 1)
 					go func() {
-						_, err := e.store.Acquire(ctx, name, 300*time.Millisecond)
+						_, err := e.store.Acquire(ctx, name, time.Second)
 						takeover <- err
 					}()
 					// The takeover must block on A's share lock: wait until the
@@ -148,7 +150,7 @@ func TestStaleWritesInsideTransactions(t *testing.T) {
 				t.Run(w.name+": takeover first: the old snapshot does not leak into the write", func(t *testing.T) {
 					a := e.session(t)
 					e.awaitExpired(t, name)
-					la := e.acquire(t, name, 400*time.Millisecond)
+					la := e.acquire(t, name, 1500*time.Millisecond)
 					setFence(t, a, la)
 					mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
 					mustExec(t, a, "BEGIN")
@@ -162,7 +164,7 @@ func TestStaleWritesInsideTransactions(t *testing.T) {
 						}
 					}
 					e.awaitExpired(t, la.Name)
-					if _, err := e.store.Acquire(ctx, la.Name, 500*time.Millisecond); err != nil {
+					if _, err := e.store.Acquire(ctx, la.Name, time.Second); err != nil {
 						t.Fatal(err)
 					}
 					if r := mustExec(t, a, fmt.Sprintf(w.q, 2)); rowsAffected(r) != 0 {
