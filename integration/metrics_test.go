@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// series returns the value of the one series of name whose labels include
-// want (0 when there is none).
-func series(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+// series returns the sum of the counters and gauges named name whose
+// labels include want (nil: all of them; 0 when there is none).
+func series(t testing.TB, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

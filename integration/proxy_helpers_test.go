@@ -172,23 +172,5 @@ var _ = os.Getenv
 // testutilCounter sums every series of the named counter or gauge in reg.
 func testutilCounter(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if c := m.GetCounter(); c != nil {
-				sum += c.GetValue()
-			}
-			if g := m.GetGauge(); g != nil {
-				sum += g.GetValue()
-			}
-		}
-	}
-	return sum
+	return series(t, reg, name, nil)
 }
