@@ -122,6 +122,7 @@ func TestAuditCommandFindsAStaleWrite(t *testing.T) {
 	t.Run("table", func(t *testing.T) {
 		r := cli(t, "audit", "--dsn", st.dsn, "--since", "1h")
 		wantCode(t, r, exitOK, "audit as a table")
+		t.Logf("fenceproxy audit --since 1h:\n%s", r.stdout)
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		if len(lines) != 2 || !strings.HasPrefix(lines[0], "TIME (UTC)") || !strings.Contains(lines[1], "stale_token") ||
 			!strings.Contains(lines[1], "1/2") || !strings.Contains(lines[1], "invoice:acme") {
