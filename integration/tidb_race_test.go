@@ -45,14 +45,7 @@ func TestTiDBFenceShapesRace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("randomized race of 30 s")
 	}
-	runFor := 30 * time.Second
-	if v := os.Getenv(EnvTiDBRace); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("%s: %v", EnvTiDBRace, err)
-		}
-		runFor = d
-	}
+	runFor := tidbRaceDuration(t)
 	e := newTiDBEnv(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d, %s", seed, runFor)
@@ -118,14 +111,7 @@ func TestTiDBFenceShapesRace(t *testing.T) {
 	}
 	for i, cfg := range configs {
 		st := stats[i]
-		staleByMode := map[string]int{}
-		stale := 0
-		for _, c := range st.commits {
-			if ts, ok := st.takeovers[c.token+1]; ok && ts < c.ts {
-				stale++
-				staleByMode[c.mode]++
-			}
-		}
+		stale, staleByMode := st.staleCommits()
 		form := "var"
 		if cfg.literal {
 			form = "literal"
@@ -141,6 +127,32 @@ func TestTiDBFenceShapesRace(t *testing.T) {
 			}
 		}
 	}
+}
+
+func tidbRaceDuration(t *testing.T) time.Duration {
+	t.Helper()
+	if v := os.Getenv(EnvTiDBRace); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s: %v", EnvTiDBRace, err)
+		}
+		return d
+	}
+	return 30 * time.Second
+}
+
+// staleCommits counts the writer transactions that committed with token t
+// after the takeover to t+1 committed, by mode.
+func (st *raceStats) staleCommits() (int, map[string]int) {
+	byMode := map[string]int{}
+	stale := 0
+	for _, c := range st.commits {
+		if ts, ok := st.takeovers[c.token+1]; ok && ts < c.ts {
+			stale++
+			byMode[c.mode]++
+		}
+	}
+	return stale, byMode
 }
 
 func sortedCounts(m map[string]int) string {
@@ -273,7 +285,10 @@ func (w *raceWriter) txn(ctx context.Context) (refused bool, err error) {
 			if explicit {
 				return true, w.abort(bg, "statement", err)
 			}
-			return true, w.lost("statement", err)
+			// An autocommit statement that fails ran: through the proxy,
+			// after its guard passed (the error is the COMMIT's).
+			w.passedInTxn = 1
+			return true, w.lost("autocommit statement", err)
 		}
 		if n == 0 {
 			if kind == "DELETE" {
@@ -323,8 +338,14 @@ func (w *raceWriter) lost(where string, err error) error {
 	if !notCommitted(err) {
 		return fmt.Errorf("%s: %w", where, err)
 	}
+	key := fmt.Sprintf("%d at %s", errCode(err), where)
+	if w.passedInTxn == 0 {
+		// Only refused statements (or none) ran: no write of the
+		// transaction got past its fence.
+		key += " (no write passed)"
+	}
 	w.st.mu.Lock()
-	w.st.conflicts[fmt.Sprintf("%d at %s", errCode(err), where)]++
+	w.st.conflicts[key]++
 	w.st.mu.Unlock()
 	return nil
 }

@@ -32,6 +32,9 @@ const (
 	// shapeExists: the statement carries `EXISTS (SELECT ... FOR UPDATE)`,
 	// the fence the rewriter produces for TiDB today.
 	shapeExists = "exists"
+	// shapeProxy: the client's statement as written, through fenceproxy
+	// (which guards it).
+	shapeProxy = "proxy"
 )
 
 var tidbShapes = []string{shapeGuard, shapeIn, shapeDerived, shapeExists}
@@ -94,6 +97,13 @@ func fencedSQL(shape, kind string, id int64, ref string) string {
 // and returns the rows it changed: 0 means the fence refused it (for the
 // guard: the guard said so and the statement was not sent).
 func fencedWrite(ctx context.Context, c *sql.Conn, shape, kind string, id int64, ref string) (int64, error) {
+	if shape == shapeProxy {
+		r, err := c.ExecContext(ctx, clientSQL(kind, id))
+		if err != nil {
+			return 0, err
+		}
+		return r.RowsAffected()
+	}
 	if shape == shapeGuard {
 		var ok sql.NullInt64
 		err := c.QueryRowContext(ctx, guardSQL(ref)).Scan(&ok)

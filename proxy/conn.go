@@ -63,6 +63,9 @@ type clientConn struct {
 	// lock on the lease table, which the proxy adds to the client's LOCK
 	// TABLES, keeps guard and write atomic).
 	tablesLocked bool
+	// fenced: the open transaction carries a guarded write (TiDB; see
+	// conflict.go), nil otherwise.
+	fenced *fencedTxn
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
 	nextStmtID uint32                   // next id for a statement the proxy answers itself
@@ -253,6 +256,7 @@ func (c *clientConn) inTransaction() bool { return c.status&mysql.SERVER_STATUS_
 func (c *clientConn) noteStatus(st uint16) {
 	c.status = st
 	c.statusStale = false
+	c.noteTxnStatus(st)
 	if st&mysql.SERVER_STATUS_NO_BACKSLASH_ESCAPED != 0 {
 		c.sess.NoBackslashEscapes = rewrite.On
 	} else {

@@ -150,12 +150,15 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		}
 		return c.rejectGuarded(rt, f, v)
 	}
+	c.watchConflicts(rt, f, v)
 	if !wrap {
 		if err := send(); err != nil {
 			return err
 		}
 		return c.relayResults(t)
 	}
+	// The transaction is the proxy's: it ends with this command.
+	defer func() { c.fenced = nil }()
 	c.holdEnd = true
 	defer func() { c.holdEnd = false }()
 	if err := send(); err != nil {
@@ -181,6 +184,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		// place of the write's success (after its rows, for RETURNING).
 		c.held = nil
 		c.statusStale = true
+		c.noteError(be.code)
 		return c.sendError(be.code, be.state, be.msg)
 	}
 	if c.held == nil {
@@ -194,6 +198,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 // could not run (lock wait timeout, deadlock, missing lease table); err a
 // failure of the connection.
 func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (v verdict, gerr *backendError, err error) {
+	var first verdict
 	for i, g := range gs {
 		if err := c.queueOwn(g.SQL); err != nil {
 			return v, nil, err
@@ -250,8 +255,13 @@ func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool)
 		if v.rejected() {
 			return v, nil, nil
 		}
+		if i == 0 {
+			first = v
+		}
 	}
-	return verdict{}, nil, nil
+	// Reason "": the lease holds; the rest is what the first guard read,
+	// for a conflict's audit record.
+	return first, nil, nil
 }
 
 func toFields(rows [][]value) [][]lease.Field {

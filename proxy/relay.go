@@ -135,6 +135,9 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			if hook != nil {
 				hook.result(idx, result{isErr: true, err: parseErr(payload)})
 			}
+			if c.fenced != nil {
+				c.noteError(parseErr(payload).code)
+			}
 			c.lastWasErr = true
 			c.statusStale = true
 			_, err := c.relayPacket()

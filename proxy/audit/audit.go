@@ -26,6 +26,9 @@ const (
 	NoFence       = "no_fence"
 	LeaseMissing  = "lease_missing"
 	Refused       = "refused"
+	// Conflict: the engine rolled back the transaction of a fenced write
+	// because the lease row changed after it began (TiDB error 9007).
+	Conflict = "conflict"
 )
 
 // Record is one audit record. The first fields are the contract of

@@ -1,0 +1,355 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+)
+
+// tidbProxy is a proxy in front of the shared tidb-server, fencing items
+// with the lease from @fence_lease.
+type tidbProxy struct {
+	*tidbEnv
+	tp *testProxy
+}
+
+func newTiDBProxy(t *testing.T) *tidbProxy {
+	t.Helper()
+	e := newTiDBEnv(t)
+	yml := "tables:\n  - name: " + e.db + ".items\naudit:\n  file: " + filepath.Join(t.TempDir(), "audit.jsonl") + "\n"
+	return &tidbProxy{tidbEnv: e, tp: startProxy(t, e.srv.Addr, yml)}
+}
+
+// session is one app connection through the proxy with a fence context.
+func (p *tidbProxy) session(t *testing.T, lease, owner string, token uint64) *sql.Conn {
+	t.Helper()
+	c, err := appDB(t, p.tp, p.db).Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := setFenceVars(context.Background(), c, lease, owner, token); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (p *tidbProxy) audits(reason string) []audit.Record {
+	var out []audit.Record
+	for _, r := range p.tp.Audit.Recent(1000) {
+		if r.Reason == reason {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (p *tidbProxy) rejectedMetric(t *testing.T, reason string) float64 {
+	t.Helper()
+	mfs, err := p.tp.Reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "fenceproxy_stale_writes_rejected_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// TestTiDBProxyFencesEveryWrite: through the proxy on TiDB, UPDATE, DELETE
+// and INSERT with a valid fence change what they change directly, and with
+// a stale token change nothing and are audited, in autocommit and in
+// pessimistic and optimistic transactions.
+func TestTiDBProxyFencesEveryWrite(t *testing.T) {
+	p := newTiDBProxy(t)
+	ctx := context.Background()
+	b := p.conn(t) // takeovers, directly
+	for i, mode := range []string{"autocommit", "pessimistic", "optimistic"} {
+		t.Run(mode, func(t *testing.T) {
+			lname := "w-" + mode
+			p.newLease(t, lname, "owner-A")
+			base := int64(1000 * (i + 1))
+			mustExec(t, p.root, "INSERT INTO items (id, v, token) VALUES (?, 0, 0), (?, 0, 0)", base, base+1)
+			a := p.session(t, lname, "owner-A", 1)
+			stmts := []struct {
+				sql  string
+				rows int64
+			}{
+				{fmt.Sprintf("UPDATE items SET v = v + 1, token = @fence_token WHERE id = %d", base), 1},
+				{fmt.Sprintf("DELETE FROM items WHERE id = %d", base+1), 1},
+				{fmt.Sprintf("INSERT INTO items (id, v, token) VALUES (%d, 7, @fence_token)", base+2), 1},
+			}
+			run := func(wantRows func(int64) int64) {
+				t.Helper()
+				if mode != "autocommit" {
+					mustExec(t, a, "BEGIN "+mode)
+				}
+				for _, s := range stmts {
+					r := mustExec(t, a, s.sql)
+					if got, want := rowsAffected(r), wantRows(s.rows); got != want {
+						t.Errorf("%s: %d rows, want %d", s.sql, got, want)
+					}
+				}
+				if mode != "autocommit" {
+					mustExec(t, a, "COMMIT")
+				}
+			}
+			run(func(n int64) int64 { return n })
+			if got := queryString(t, p.root, "SELECT GROUP_CONCAT(CONCAT(id, ':', v, ':', token) ORDER BY id) FROM items WHERE id >= ? AND id < ?", base, base+1000); got != fmt.Sprintf("%d:1:1,%d:7:1", base, base+2) {
+				t.Fatalf("after the valid writes: %s", got)
+			}
+			if _, _, err := takeover(ctx, b, "pessimistic", lname, "owner-B"); err != nil {
+				t.Fatal(err)
+			}
+			before := len(p.audits(audit.StaleToken))
+			// The same statements again (the INSERT of a new id, the DELETE
+			// of an existing row) with the old token.
+			stmts[1].sql = fmt.Sprintf("DELETE FROM items WHERE id = %d", base)
+			stmts[2].sql = fmt.Sprintf("INSERT INTO items (id, v, token) VALUES (%d, 7, @fence_token)", base+3)
+			run(func(int64) int64 { return 0 })
+			if got := queryString(t, p.root, "SELECT GROUP_CONCAT(CONCAT(id, ':', v, ':', token) ORDER BY id) FROM items WHERE id >= ? AND id < ?", base, base+1000); got != fmt.Sprintf("%d:1:1,%d:7:1", base, base+2) {
+				t.Errorf("stale writes changed rows: %s", got)
+			}
+			if got := len(p.audits(audit.StaleToken)) - before; got != 3 {
+				t.Errorf("%d stale_token audit records, want 3", got)
+			}
+		})
+	}
+}
+
+// TestTiDBProxyOpenTransactions: through the proxy, a fenced write in an
+// open pessimistic transaction makes a takeover wait for its commit, and in
+// an optimistic transaction the takeover wins and the writer's COMMIT fails
+// with TiDB's 9007, which is audited as a conflict and counted.
+func TestTiDBProxyOpenTransactions(t *testing.T) {
+	p := newTiDBProxy(t)
+	ctx := context.Background()
+	b := p.conn(t)
+	var bSession uint64
+	if err := b.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&bSession); err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range tidbKinds {
+		id := int64(100 + i)
+		if kind != "INSERT" {
+			mustExec(t, p.root, "INSERT INTO items (id, v, token) VALUES (?, 0, 0)", id)
+		}
+		t.Run("pessimistic/"+kind, func(t *testing.T) {
+			lname := "p-" + kind
+			p.newLease(t, lname, "owner-A")
+			a := p.session(t, lname, "owner-A", 1)
+			mustExec(t, a, "BEGIN PESSIMISTIC")
+			if r := mustExec(t, a, clientSQL(kind, id)); rowsAffected(r) != 1 {
+				t.Fatalf("valid fenced %s changed %d rows", kind, rowsAffected(r))
+			}
+			done := make(chan error, 1)
+			var bTS uint64
+			go func() {
+				var err error
+				_, bTS, err = takeover(ctx, b, "pessimistic", lname, "owner-B")
+				done <- err
+			}()
+			eventually(t, 20*time.Second, "the takeover to wait for the writer's lock", func() bool {
+				select {
+				case err := <-done:
+					t.Fatalf("the takeover finished while the fenced transaction was open: %v", err)
+				default:
+				}
+				return queryString(t, p.root, "SELECT COUNT(*) FROM information_schema.tidb_trx WHERE session_id = ? AND state = 'LockWaiting'", bSession) != "0"
+			})
+			mustExec(t, a, "COMMIT")
+			aTS, err := lastCommitTS(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if bTS < aTS {
+				t.Errorf("the takeover committed (ts %d) before the fenced write (ts %d)", bTS, aTS)
+			}
+		})
+		t.Run("optimistic/"+kind, func(t *testing.T) {
+			lname := "o-" + kind
+			p.newLease(t, lname, "owner-A")
+			oid := id + 10
+			if kind != "INSERT" {
+				mustExec(t, p.root, "INSERT INTO items (id, v, token) VALUES (?, 0, 0)", oid)
+			}
+			before, beforeMetric := len(p.audits(audit.Conflict)), p.rejectedMetric(t, audit.Conflict)
+			a := p.session(t, lname, "owner-A", 1)
+			mustExec(t, a, "BEGIN OPTIMISTIC")
+			if r := mustExec(t, a, clientSQL(kind, oid)); rowsAffected(r) != 1 {
+				t.Fatalf("valid fenced %s changed %d rows", kind, rowsAffected(r))
+			}
+			if _, _, err := takeover(ctx, b, "pessimistic", lname, "owner-B"); err != nil {
+				t.Fatal(err)
+			}
+			_, err := a.ExecContext(ctx, "COMMIT")
+			if errCode(err) != 9007 {
+				t.Fatalf("COMMIT after the takeover: %v, want TiDB's error 9007", err)
+			}
+			want := "0:0"
+			if kind == "INSERT" {
+				want = "none"
+			}
+			if got := queryString(t, p.root, "SELECT COALESCE((SELECT CONCAT(v, ':', token) FROM items WHERE id = ?), 'none')", oid); got != want {
+				t.Errorf("the stale transaction changed the row: %q", got)
+			}
+			recs := p.audits(audit.Conflict)
+			if len(recs) != before+1 {
+				t.Fatalf("%d conflict audit records, want %d", len(recs), before+1)
+			}
+			r := recs[len(recs)-1]
+			if r.Lease != lname || r.Table != p.db+".items" || r.PresentedToken == nil || *r.PresentedToken != 1 || r.Outcome != "error" {
+				t.Errorf("conflict record: %+v", r)
+			}
+			if got := p.rejectedMetric(t, audit.Conflict) - beforeMetric; got != 1 {
+				t.Errorf("fenceproxy_stale_writes_rejected_total{reason=conflict} rose by %v, want 1", got)
+			}
+		})
+	}
+}
+
+// TestTiDBProxyRace is the randomized race through the proxy: three writers
+// send plain UPDATE, DELETE and INSERT through fenceproxy (explicit
+// pessimistic and optimistic transactions at both isolation levels, and
+// autocommit under both tidb_txn_mode values) with the token they last saw,
+// until a write changes nothing or fails; a direct session takes the lease
+// over every 1-15 ms. No writer transaction may commit with token t after
+// the takeover to t+1 (TiDB's commit timestamps), and every 9007 a writer
+// got in a transaction in which a write passed its guard is one conflict
+// audit record.
+func TestTiDBProxyRace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("randomized race of 30 s")
+	}
+	runFor := tidbRaceDuration(t)
+	p := newTiDBProxy(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, %s", seed, runFor)
+	const lname = "race-proxy"
+	p.newLease(t, lname, "owner-0")
+	st := &raceStats{takeovers: map[uint64]uint64{}, conflicts: map[string]int{}}
+	ctx, cancel := context.WithTimeout(context.Background(), runFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	const writers = 3
+	errc := make(chan error, writers+1)
+	b := p.conn(t)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(seed, 1000))
+		for n := 1; ctx.Err() == nil; n++ {
+			time.Sleep(time.Duration(1+rng.IntN(15)) * time.Millisecond)
+			mode := []string{"pessimistic", "optimistic"}[rng.IntN(2)]
+			tok, ts, err := takeover(ctx, b, mode, lname, fmt.Sprintf("owner-%d", n))
+			if err != nil {
+				if ctx.Err() == nil {
+					errc <- fmt.Errorf("takeover: %w", err)
+				}
+				return
+			}
+			st.mu.Lock()
+			st.takeovers[tok] = ts
+			st.mu.Unlock()
+		}
+	}()
+	for w := 0; w < writers; w++ {
+		c, err := appDB(t, p.tp, p.db).Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		base := int64(w) * 10_000_000
+		wr := &raceWriter{c: c, root: p.root, st: st, shape: shapeProxy, lease: lname,
+			rng: rand.New(rand.NewPCG(seed, uint64(w))), nextID: base, counter: base}
+		mustExec(t, p.root, "INSERT INTO items (id, v, token) VALUES (?, 0, 0)", base)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := wr.run(ctx); err != nil {
+				errc <- fmt.Errorf("writer: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	stale, byMode := st.staleCommits()
+	conflicts := 0
+	for k, n := range st.conflicts {
+		if strings.HasPrefix(k, "9007 ") && !strings.HasSuffix(k, "(no write passed)") {
+			conflicts += n
+		}
+	}
+	audited := len(p.audits(audit.Conflict))
+	t.Logf("takeovers %d  committed writer txns %d  refused statements %d  stale commits %d %v  not committed %v  conflict audit records %d",
+		len(st.takeovers), len(st.commits), st.rejected, stale, byMode, sortedCounts(st.conflicts), audited)
+	if stale > 0 {
+		t.Errorf("%d writer transactions committed through the proxy after the takeover to the next token", stale)
+	}
+	if len(st.takeovers) < 20 || len(st.commits) < 20 || st.rejected < 10 {
+		t.Errorf("the run did not exercise the race: %d takeovers, %d commits, %d refused", len(st.takeovers), len(st.commits), st.rejected)
+	}
+	if audited != conflicts {
+		t.Errorf("%d conflict audit records for %d errors 9007 the writers got", audited, conflicts)
+	}
+}
+
+// TestTiDBProxyLeaseFunctions: the SQL lease functions answered by the
+// proxy work on TiDB, and the fence follows them.
+func TestTiDBProxyLeaseFunctions(t *testing.T) {
+	p := newTiDBProxy(t)
+	ctx := context.Background()
+	c, err := appDB(t, p.tp, p.db).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mustExec(t, p.root, "INSERT INTO items (id, v, token) VALUES (1, 0, 0)")
+	var tok sql.NullInt64
+	if err := c.QueryRowContext(ctx, "SELECT fence_acquire('job', 30)").Scan(&tok); err != nil || !tok.Valid {
+		t.Fatalf("fence_acquire: %v %v", tok, err)
+	}
+	if r := mustExec(t, c, "UPDATE items SET v = v + 1, token = @fence_token WHERE id = 1"); rowsAffected(r) != 1 {
+		t.Fatal("write under a fresh lease changed nothing")
+	}
+	var n int
+	if err := c.QueryRowContext(ctx, "SELECT fence_renew(30)").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("fence_renew: %d %v", n, err)
+	}
+	if err := c.QueryRowContext(ctx, "SELECT fence_release()").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("fence_release: %d %v", n, err)
+	}
+	if r := mustExec(t, c, "UPDATE items SET v = v + 1 WHERE id = 1"); rowsAffected(r) != 0 {
+		t.Fatal("write after fence_release changed a row")
+	}
+	if got := queryString(t, p.root, "SELECT CONCAT(v, ':', token) FROM items WHERE id = 1"); got != fmt.Sprintf("1:%d", tok.Int64) {
+		t.Errorf("row: %s", got)
+	}
+	if recs := p.audits(audit.Expired); len(recs) != 1 {
+		t.Errorf("%d expired audit records, want 1", len(recs))
+	}
+}

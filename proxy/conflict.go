@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"strconv"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// erWriteConflict is TiDB's "Write conflict" (ErrWriteConflict): the
+// transaction locked or wrote a key that another transaction committed
+// after this one started, and was rolled back. The guard locks the lease
+// row, so in an optimistic transaction (and in one the proxy wrapped
+// around an autocommit write when tidb_txn_mode is optimistic) a takeover
+// that committed meanwhile surfaces as 9007 at COMMIT, or at a statement:
+// measured in integration/tidb_open_txn_test.go. Nothing of the
+// transaction committed.
+const erWriteConflict = 9007
+
+// fencedTxn is a transaction on a TiDB backend that carries a guarded
+// write whose guard passed: if the transaction then ends in a write
+// conflict, that write was stopped by the engine, not by the guard, and is
+// audited as a conflict.
+type fencedTxn struct {
+	rt    *runtime
+	fence *rewrite.Fence
+	v     verdict // what the guard read (reason "")
+}
+
+// watchConflicts remembers a guarded write that is about to go out.
+func (c *clientConn) watchConflicts(rt *runtime, f *rewrite.Fence, v verdict) {
+	if c.srv.Flavor == rewrite.TiDB {
+		c.fenced = &fencedTxn{rt: rt, fence: f, v: v}
+	}
+}
+
+// noteTxnStatus forgets the watched transaction once the server says none
+// is open.
+func (c *clientConn) noteTxnStatus(st uint16) {
+	if c.fenced != nil && st&mysql.SERVER_STATUS_IN_TRANS == 0 {
+		c.fenced = nil
+	}
+}
+
+// noteError looks at an ERR the server answered a statement of the client
+// with (the guarded write itself, a later statement, or the client's
+// COMMIT): a write conflict in a watched transaction is audited and
+// counted. The client gets the server's error as it is.
+func (c *clientConn) noteError(code uint16) {
+	if c.fenced == nil || code != erWriteConflict {
+		return
+	}
+	ft := c.fenced
+	c.fenced = nil
+	c.auditConflict(ft.rt, ft.fence, ft.v, code)
+}
+
+// auditConflict records a fenced write that did not commit because the
+// engine found a conflict on the lease row.
+func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) {
+	c.writeAudit(audit.Record{
+		Reason: audit.Conflict, Lease: v.lease, Table: v.table,
+		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
+		Digest: f.Digest, Outcome: "error",
+		Detail: "the transaction of this fenced write was rolled back with error " + strconv.Itoa(int(code)) +
+			" (write conflict): the lease row changed after the transaction began, so nothing of it committed",
+	}, rt)
+}
