@@ -353,3 +353,76 @@ func TestTiDBProxyLeaseFunctions(t *testing.T) {
 		t.Errorf("%d expired audit records, want 1", len(recs))
 	}
 }
+
+// TestTiDBProxyStaleForms tries to get a stale UPDATE, DELETE or INSERT
+// through the proxy on TiDB by the other ways a statement can reach the
+// server: the binary protocol, SQL-level PREPARE/EXECUTE, and a packet of
+// several statements. With a valid fence each form writes.
+func TestTiDBProxyStaleForms(t *testing.T) {
+	p := newTiDBProxy(t)
+	ctx := context.Background()
+	b := p.conn(t)
+	forms := []struct {
+		name string
+		run  func(t *testing.T, c *sql.Conn, id int64) int64
+	}{
+		{"binary protocol", func(t *testing.T, c *sql.Conn, id int64) int64 {
+			var n int64
+			for _, q := range []string{"UPDATE items SET v = v + 1, token = @fence_token WHERE id = ?", "DELETE FROM items WHERE id = ? + 1", "INSERT INTO items (id, v, token) VALUES (? + 2, 0, @fence_token)"} {
+				n += rowsAffected(mustExec(t, c, q, id))
+			}
+			return n
+		}},
+		{"PREPARE and EXECUTE", func(t *testing.T, c *sql.Conn, id int64) int64 {
+			var n int64
+			mustExec(t, c, "SET @id = ?", id)
+			for i, q := range []string{"UPDATE items SET v = v + 1, token = @fence_token WHERE id = ?", "DELETE FROM items WHERE id = ? + 1", "INSERT INTO items (id, v, token) VALUES (? + 2, 0, @fence_token)"} {
+				name := fmt.Sprintf("s%d", i)
+				mustExec(t, c, "PREPARE "+name+" FROM '"+q+"'")
+				n += rowsAffected(mustExec(t, c, "EXECUTE "+name+" USING @id"))
+				mustExec(t, c, "DEALLOCATE PREPARE "+name)
+			}
+			return n
+		}},
+		{"one packet", func(t *testing.T, c *sql.Conn, id int64) int64 {
+			q := fmt.Sprintf("UPDATE items SET v = v + 1, token = @fence_token WHERE id = %d; DELETE FROM items WHERE id = %d; INSERT INTO items (id, v, token) VALUES (%d, 0, @fence_token)", id, id+1, id+2)
+			mustExec(t, c, q)
+			return -1 // database/sql reports one count for the packet: the rows tell
+		}},
+	}
+	for i, f := range forms {
+		t.Run(f.name, func(t *testing.T) {
+			lname := fmt.Sprintf("forms-%d", i)
+			p.newLease(t, lname, "owner-A")
+			dump := func(id int64) string {
+				return queryString(t, p.root, "SELECT COALESCE(GROUP_CONCAT(CONCAT(id, ':', v, ':', token) ORDER BY id), '') FROM items WHERE id BETWEEN ? AND ?", id, id+2)
+			}
+			valid := int64(10_000 * (i + 1))
+			stale := valid + 100
+			mustExec(t, p.root, "INSERT INTO items (id, v, token) VALUES (?, 0, 0), (?, 0, 0), (?, 0, 0), (?, 0, 0)", valid, valid+1, stale, stale+1)
+			c, err := appDB(t, p.tp, p.db, "multiStatements=true").Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := setFenceVars(ctx, c, lname, "owner-A", 1); err != nil {
+				t.Fatal(err)
+			}
+			if n := f.run(t, c, valid); n != 3 && n != -1 {
+				t.Errorf("valid fence: %d rows, want 3", n)
+			}
+			if got, want := dump(valid), fmt.Sprintf("%d:1:1,%d:0:1", valid, valid+2); got != want {
+				t.Errorf("valid fence: rows %s, want %s", got, want)
+			}
+			if _, _, err := takeover(ctx, b, "pessimistic", lname, "owner-B"); err != nil {
+				t.Fatal(err)
+			}
+			if n := f.run(t, c, stale); n != 0 && n != -1 {
+				t.Errorf("stale fence: %d rows, want 0", n)
+			}
+			if got, want := dump(stale), fmt.Sprintf("%d:0:0,%d:0:0", stale, stale+1); got != want {
+				t.Errorf("stale fence changed rows: %s, want %s", got, want)
+			}
+		})
+	}
+}
