@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -10,12 +12,13 @@ import (
 // BenchmarkTiDBFenceShapes measures an autocommit single-row UPDATE and
 // INSERT on a real tidb-server, unfenced and under each candidate shape with
 // a valid fence (the guard shape as the proxy would send it in autocommit:
-// START TRANSACTION, guard, statement, COMMIT), and reports p50/p99.
+// START TRANSACTION, guard, statement, COMMIT), directly and through the
+// proxy (unfenced table, and fenced), and reports p50/p99.
 //
 //	go test -run '^$' -bench TiDBFenceShapes ./integration/
 func BenchmarkTiDBFenceShapes(b *testing.B) {
 	for _, kind := range []string{"UPDATE", "INSERT"} {
-		for _, shape := range append([]string{"none"}, tidbShapes...) {
+		for _, shape := range append([]string{"none", "none-via-proxy", shapeProxy}, tidbShapes...) {
 			b.Run(kind+"/"+shape, func(b *testing.B) {
 				benchTiDBShape(b, kind, shape)
 			})
@@ -24,9 +27,25 @@ func BenchmarkTiDBFenceShapes(b *testing.B) {
 }
 
 func benchTiDBShape(b *testing.B, kind, shape string) {
-	e := newTiDBEnv(b)
 	ctx := context.Background()
-	c := e.conn(b)
+	var e *tidbEnv
+	var c *sql.Conn
+	if shape == shapeProxy || shape == "none-via-proxy" {
+		// The proxy fences items; "none-via-proxy" writes an unprotected
+		// table of the same shape through it.
+		p := newTiDBProxy(b)
+		e = p.tidbEnv
+		var err error
+		if c, err = appDB(b, p.tp, p.db).Conn(ctx); err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+	} else {
+		e = newTiDBEnv(b)
+		c = e.conn(b)
+	}
+	mustExec(b, e.root, "CREATE TABLE plain_items LIKE items")
+	mustExec(b, e.root, "INSERT INTO plain_items (id, v, token) VALUES (0, 0, 0)")
 	mustExec(b, e.root, "INSERT INTO fenced_job_leases (lease_name, owner_token, fence_token, leased_until) VALUES ('bench', 'owner', 1, SYSDATE(3) + INTERVAL 1 HOUR)")
 	mustExec(b, e.root, "INSERT INTO items (id, v, token) VALUES (0, 0, 0)")
 	if err := setFenceVars(ctx, c, "bench", "owner", 1); err != nil {
@@ -43,8 +62,8 @@ func benchTiDBShape(b *testing.B, kind, shape string) {
 		var n int64
 		var err error
 		switch shape {
-		case "none":
-			r, xerr := c.ExecContext(ctx, clientSQL(kind, id))
+		case "none", "none-via-proxy":
+			r, xerr := c.ExecContext(ctx, strings.Replace(clientSQL(kind, id), "items", "plain_items", 1))
 			if err = xerr; err == nil {
 				n, _ = r.RowsAffected()
 			}

@@ -21,7 +21,7 @@ type tidbProxy struct {
 	tp *testProxy
 }
 
-func newTiDBProxy(t *testing.T) *tidbProxy {
+func newTiDBProxy(t testing.TB) *tidbProxy {
 	t.Helper()
 	e := newTiDBEnv(t)
 	yml := "tables:\n  - name: " + e.db + ".items\naudit:\n  file: " + filepath.Join(t.TempDir(), "audit.jsonl") + "\n"
