@@ -35,17 +35,22 @@ type ErrorNumberer interface {
 	ErrorNumber() uint16
 }
 
-// IsConflict reports whether err is the server's error 1213: a deadlock on
-// InnoDB, a certification failure or brute-force abort on Galera. Either
-// way the statement (on Galera: the transaction) did not commit.
+// IsConflict reports whether err is the server's error 1213 (a deadlock on
+// InnoDB, a certification failure or brute-force abort on Galera) or
+// TiDB's 9007 (write conflict: an autocommit statement is an optimistic
+// transaction there, and fails at its commit when another transaction
+// committed the same row meanwhile). Either way the statement (on Galera:
+// the transaction) did not commit.
 func IsConflict(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
-		return me.Number == 1213
+		return conflictNumber(me.Number)
 	}
 	var en ErrorNumberer
-	return errors.As(err, &en) && en.ErrorNumber() == 1213
+	return errors.As(err, &en) && conflictNumber(en.ErrorNumber())
 }
+
+func conflictNumber(n uint16) bool { return n == 1213 || n == 9007 }
 
 // retrying runs one lease statement, again after a conflict, at most
 // conflictAttempts times, waiting with backoff; ctx bounds the waits.

@@ -23,6 +23,8 @@ func TestIsConflict(t *testing.T) {
 		{fmt.Errorf("lease: acquire: %w", &mysql.MySQLError{Number: 1213}), true},
 		{numbered(1213), true},
 		{fmt.Errorf("wrapped: %w", numbered(1213)), true},
+		{&mysql.MySQLError{Number: 9007}, true}, // TiDB's write conflict
+		{numbered(9007), true},
 		{&mysql.MySQLError{Number: 1205}, false}, // a lock wait timeout may have waited on anything: not retried
 		{numbered(1062), false},
 		{errors.New("1213"), false},
