@@ -47,7 +47,8 @@ func (c *clientConn) noteTxnStatus(st uint16) {
 // noteError looks at an ERR the server answered a statement of the client
 // with (the guarded write itself, a later statement, or the client's
 // COMMIT): a write conflict in a watched transaction is audited and
-// counted. The client gets the server's error as it is.
+// counted, once per transaction (for its latest guarded write). The client
+// gets the server's error as it is.
 func (c *clientConn) noteError(code uint16) {
 	if c.fenced == nil || code != erWriteConflict {
 		return
@@ -64,7 +65,7 @@ func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, cod
 		Reason: audit.Conflict, Lease: v.lease, Table: v.table,
 		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
 		Digest: f.Digest, Outcome: "error",
-		Detail: "the transaction of this fenced write was rolled back with error " + strconv.Itoa(int(code)) +
-			" (write conflict): the lease row changed after the transaction began, so nothing of it committed",
+		Detail: "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
+			"write: a row it locked (the lease row, or another) was committed by another transaction after it began",
 	}, rt)
 }
