@@ -188,6 +188,9 @@ type raceWriter struct {
 	pendingDel   []int64 // deleted by the open transaction
 	passedInTxn  int
 	refusedInTxn bool
+	// autocommitOnly: never an explicit transaction (BEGIN would end a
+	// LOCK TABLES the writer holds).
+	autocommitOnly bool
 }
 
 func (w *raceWriter) run(ctx context.Context) error {
@@ -230,6 +233,9 @@ func (w *raceWriter) txn(ctx context.Context) (refused bool, err error) {
 		return false, err
 	}
 	mode := []string{"pessimistic", "optimistic", "autocommit"}[w.rng.IntN(3)]
+	if w.autocommitOnly {
+		mode = "autocommit"
+	}
 	label := mode
 	stmts := 1 + w.rng.IntN(3)
 	if mode == "autocommit" {

@@ -115,7 +115,14 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 			return err
 		}
 	}
-	wrap := c.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !c.inTransaction() && !c.tablesLocked
+	// Under LOCK TABLES the table lock on the lease table keeps guard and
+	// write atomic, and START TRANSACTION would unlock the tables. Not on
+	// TiDB: there LOCK TABLES is a no-op (warning 1235) unless the
+	// experimental enable-table-lock is set, and a guard outside a
+	// transaction locks nothing: measured, 216 stale commits in 30 s
+	// (TestTiDBProxyRace). So TiDB's autocommit writes are always wrapped.
+	tablesHeld := c.tablesLocked && c.srv.Flavor != rewrite.TiDB
+	wrap := c.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !c.inTransaction() && !tablesHeld
 	gs, ts, err := c.guardsFor(rt, f)
 	if err != nil {
 		if err := drop(); err != nil {
