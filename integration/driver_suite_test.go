@@ -46,8 +46,28 @@ func TestGoSQLDriverSuite(t *testing.T) {
 	if len(proxied) < 100 || len(direct) < 100 {
 		t.Fatalf("the driver's suite ran %d tests direct and %d through the proxy: not the suite", len(direct), len(proxied))
 	}
-	var onlyProxy, missing []string
-	passed := 0
+	onlyProxy, missing, passed := compareDriverRuns(direct, proxied)
+	if len(onlyProxy) > 0 {
+		// This machine is small and shared: a test that fails only through
+		// the proxy runs once more, on both, before it counts.
+		run := "^(" + strings.Join(topLevel(onlyProxy), "|") + ")$"
+		t.Logf("failed only through the proxy, running again: %s", run)
+		again, _, _ := compareDriverRuns(runDriverSuite(t, goBin, s.Addr, db, "-run", run),
+			runDriverSuite(t, goBin, tp.Addr, db, "-run", run))
+		onlyProxy = again
+	}
+	t.Logf("driver suite: %d tests, %d passed through the proxy", len(direct), passed)
+	if len(missing) > 0 {
+		t.Errorf("tests that ran direct but not through the proxy: %s", strings.Join(missing, " "))
+	}
+	if len(onlyProxy) > 0 {
+		t.Errorf("tests that fail only through the proxy: %s", strings.Join(onlyProxy, " "))
+	}
+}
+
+// compareDriverRuns lists the tests that fail through the proxy but not
+// direct, the tests that ran direct only, and counts the proxy's passes.
+func compareDriverRuns(direct, proxied map[string]string) (onlyProxy, missing []string, passed int) {
 	for name, res := range direct {
 		pres, ok := proxied[name]
 		switch {
@@ -61,20 +81,28 @@ func TestGoSQLDriverSuite(t *testing.T) {
 	}
 	sort.Strings(onlyProxy)
 	sort.Strings(missing)
-	t.Logf("driver suite: %d tests, %d passed through the proxy", len(direct), passed)
-	if len(missing) > 0 {
-		t.Errorf("tests that ran direct but not through the proxy: %s", strings.Join(missing, " "))
+	return onlyProxy, missing, passed
+}
+
+// topLevel returns the distinct top-level test names of names (a subtest
+// runs with its parent).
+func topLevel(names []string) []string {
+	var out []string
+	for _, n := range names {
+		n, _, _ = strings.Cut(n, "/")
+		if len(out) == 0 || out[len(out)-1] != n {
+			out = append(out, n)
+		}
 	}
-	if len(onlyProxy) > 0 {
-		t.Errorf("tests that fail only through the proxy: %s", strings.Join(onlyProxy, " "))
-	}
+	return out
 }
 
 // runDriverSuite runs the driver's tests against addr and returns each
 // test's outcome: pass, fail or skip.
-func runDriverSuite(t *testing.T, goBin, addr, db string) map[string]string {
+func runDriverSuite(t *testing.T, goBin, addr, db string, extra ...string) map[string]string {
 	t.Helper()
-	cmd := exec.Command(goBin, "test", "-count=1", "-json", "-skip", driverSkip, driverModule)
+	args := append([]string{"test", "-count=1", "-json", "-skip", driverSkip}, extra...)
+	cmd := exec.Command(goBin, append(args, driverModule)...)
 	cmd.Env = append(os.Environ(),
 		"MYSQL_TEST_USER="+dbserver.AppUser, "MYSQL_TEST_PASS="+dbserver.AppPassword,
 		"MYSQL_TEST_PROT=tcp", "MYSQL_TEST_ADDR="+addr, "MYSQL_TEST_DBNAME="+db,
