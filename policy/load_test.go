@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 			Shutdown:  Duration(30 * time.Second),
 		},
 		Limits:  Limits{MaxQueryBytes: 64 << 20, RewriteCache: 4096},
-		Backend: Backend{Address: "127.0.0.1:3306", TLS: "disabled"},
+		Backend: Backend{Address: "127.0.0.1:3306", TLS: "disabled", Engine: "auto"},
 		Fencing: Fencing{
 			LeaseTable: "fenced_job_leases",
 			Variables:  Variables{Lease: "fence_lease", Owner: "fence_owner", Token: "fence_token"},

@@ -83,6 +83,12 @@ type Backend struct {
 	KeyFile    string `yaml:"key_file"`
 	ServerName string `yaml:"server_name"` // for verify-full, default: host of address
 
+	// Engine is which database engine the backend is, which decides the
+	// fence shape: auto (default: learned at connect from the handshake's
+	// version string and, for MariaDB and MySQL, @@wsrep_on), mariadb,
+	// galera (MariaDB or MySQL with wsrep on), mysql, or tidb.
+	Engine string `yaml:"engine"`
+
 	// User is the proxy's own account (optional): lease changes made by the
 	// SQL lease functions and the audit table use it, so app users need only
 	// SELECT on the lease table. Its password comes from PasswordEnv or
@@ -91,6 +97,15 @@ type Backend struct {
 	PasswordEnv  string `yaml:"password_env"`
 	PasswordFile string `yaml:"password_file"`
 }
+
+// Backend engines (backend.engine).
+const (
+	EngineAuto    = "auto"
+	EngineMariaDB = "mariadb"
+	EngineGalera  = "galera"
+	EngineMySQL   = "mysql"
+	EngineTiDB    = "tidb"
+)
 
 // Backend TLS modes.
 const (

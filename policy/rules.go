@@ -33,6 +33,7 @@ const (
 // Allowed values of the enumerated keys.
 var (
 	tlsModes      = []string{TLSDisabled, TLSPreferred, TLSRequired, TLSVerifyCA, TLSVerifyFull}
+	engines       = []string{EngineAuto, EngineMariaDB, EngineGalera, EngineMySQL, EngineTiDB}
 	onStaleValues = []string{OnStaleZeroRows, OnStaleError}
 	modes         = []string{ModeEnforce, ModeShadow}
 	logLevels     = []string{"debug", "info", "warn", "error"}

@@ -67,6 +67,7 @@ func (c *Config) fillDefaults(d *decoder) {
 	}
 	str("backend.address", &c.Backend.Address, DefaultBackend)
 	str("backend.tls", &c.Backend.TLS, TLSDisabled)
+	str("backend.engine", &c.Backend.Engine, EngineAuto)
 	str("fencing.lease_table", &c.Fencing.LeaseTable, DefaultLeaseTable)
 	str("fencing.variables.lease", &c.Fencing.Variables.Lease, DefaultLeaseVar)
 	str("fencing.variables.owner", &c.Fencing.Variables.Owner, DefaultOwnerVar)
@@ -240,6 +241,9 @@ func (b *Backend) validate(d *decoder) {
 	}
 	if r := oneOf(b.TLS, tlsModes); r != "" {
 		d.fail("backend.tls", r)
+	}
+	if r := oneOf(b.Engine, engines); r != "" {
+		d.fail("backend.engine", r)
 	}
 	if b.TLS == TLSVerifyCA && b.CAFile == "" {
 		d.fail("backend.tls", "verify-ca needs backend.ca_file")

@@ -32,6 +32,12 @@ func (f Flavor) String() string {
 type Server struct {
 	Flavor  Flavor
 	Version uint32 // major*10000 + minor*100 + patch: 101119 for 10.11.19, 80036 for 8.0.36
+	// Galera: the server is a MariaDB Galera (or MySQL wsrep) node. A row
+	// lock is local to a node there and not certified, so no fence inside
+	// a statement's text holds against a takeover on another node: every
+	// protected write is guarded (Fence.Guard), and the guard changes the
+	// lease row (lease.GuardFor).
+	Galera bool
 }
 
 // Tri is a session fact that may be unknown to the proxy.
@@ -191,7 +197,7 @@ type Fence struct {
 	Digest string
 
 	// Guard: the statement is sent exactly as the client wrote it (INSERT,
-	// REPLACE), and the proxy checks the lease first with a guard
+	// REPLACE; on Galera every write), and the proxy checks the lease first with a guard
 	// statement on the same connection, in the same transaction, that
 	// locks the lease row until the write commits. Otherwise the fence is
 	// in the statement's own text.

@@ -117,6 +117,8 @@ func (c *goldenCase) applyHeader(t *testing.T, l string) {
 			c.srv = Server{Flavor: MariaDB, Version: uint32(v)}
 		case "tidb":
 			c.srv = Server{Flavor: TiDB, Version: uint32(v)}
+		case "galera":
+			c.srv = Server{Flavor: MariaDB, Version: uint32(v), Galera: true}
 		default:
 			t.Fatalf("case %q: unknown server %q", c.name, f[1])
 		}

@@ -95,17 +95,17 @@ func TestParseServerVersion(t *testing.T) {
 		in   string
 		want Server
 	}{
-		{"5.5.5-10.11.19-MariaDB-0+deb12u1", Server{MariaDB, 101119}},
-		{"10.6.16-MariaDB", Server{MariaDB, 100616}},
-		{"11.4.2-MariaDB-ubu2404", Server{MariaDB, 110402}},
-		{"8.0.36", Server{MySQL, 80036}},
-		{"8.0.36-0ubuntu0.22.04.1", Server{MySQL, 80036}},
-		{"5.7.44-log", Server{MySQL, 50744}},
-		{"8.4.0", Server{MySQL, 80400}},
-		{"8.0.11-TiDB-v8.4.0", Server{TiDB, 80400}},
-		{"5.7.25-TiDB-v7.5.1-serverless", Server{TiDB, 70501}},
-		{"garbage", Server{MySQL, 0}},
-		{"", Server{MySQL, 0}},
+		{"5.5.5-10.11.19-MariaDB-0+deb12u1", Server{Flavor: MariaDB, Version: 101119}},
+		{"10.6.16-MariaDB", Server{Flavor: MariaDB, Version: 100616}},
+		{"11.4.2-MariaDB-ubu2404", Server{Flavor: MariaDB, Version: 110402}},
+		{"8.0.36", Server{Flavor: MySQL, Version: 80036}},
+		{"8.0.36-0ubuntu0.22.04.1", Server{Flavor: MySQL, Version: 80036}},
+		{"5.7.44-log", Server{Flavor: MySQL, Version: 50744}},
+		{"8.4.0", Server{Flavor: MySQL, Version: 80400}},
+		{"8.0.11-TiDB-v8.4.0", Server{Flavor: TiDB, Version: 80400}},
+		{"5.7.25-TiDB-v7.5.1-serverless", Server{Flavor: TiDB, Version: 70501}},
+		{"garbage", Server{Flavor: MySQL, Version: 0}},
+		{"", Server{Flavor: MySQL, Version: 0}},
 	}
 	for _, tt := range tests {
 		if got := ParseServerVersion(tt.in); got != tt.want {

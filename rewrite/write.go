@@ -55,12 +55,16 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 	var edits []edit
 	_, isInsert := n.(*ast.InsertStmt)
 	tidb := in.st.mode.server.Flavor == TiDB
-	if isInsert || tidb {
+	galera := in.st.mode.server.Galera
+	if isInsert || tidb || galera {
 		if name := in.readsGuardState(); name != "" {
 			what, save := "an INSERT or REPLACE", "SELECT "+name+" INTO @v"
-			if tidb {
+			switch {
+			case tidb:
 				// TiDB has no SELECT ... INTO @var.
 				what, save = "a write on TiDB", "SET @v = "+name
+			case galera && !isInsert:
+				what = "a write on Galera"
 			}
 			return in.refuse(targets[0].Schema+"."+targets[0].Table, "fenceproxy checks the lease of "+what+
 				" with a statement of its own just before it, so "+name+" inside it would describe that check; "+
@@ -75,7 +79,9 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		// statement locks nothing in an autocommit statement, and inside
 		// EXISTS with the lease name in a variable it is folded at plan
 		// time; only a guard in an explicit transaction had no stale
-		// commit.
+		// commit. On Galera every write is guarded too: only a guard that
+		// changes the lease row is ordered against a takeover on another
+		// node (integration/galera_race_test.go).
 		fc.Guard = true
 	} else {
 		keys := e.fenceKeys(targets)
