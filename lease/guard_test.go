@@ -23,6 +23,10 @@ func TestGuardFor(t *testing.T) {
 				"fence_l.leased_until > SYSDATE(3), fence_l.fence_token, CAST(_utf8mb4 X'61646d696e3a726563' COLLATE utf8mb4_bin AS CHAR), " +
 				"LEFT(SHA2(@`my owner`, 256), 16), CAST(@t AS CHAR) FROM `app`.`leases` AS fence_l " +
 				"WHERE fence_l.lease_name = _utf8mb4 X'61646d696e3a726563' COLLATE utf8mb4_bin FOR UPDATE"},
+		{"session lease, Galera", Galera, GuardSpec{Schema: "app", Table: "fenced_job_leases", Vars: vars},
+			"UPDATE `app`.`fenced_job_leases` AS fence_l SET fence_l.fence_writes = fence_l.fence_writes + 1 " +
+				"WHERE fence_l.lease_name = @fence_lease AND fence_l.owner_token = @fence_owner AND fence_l.fence_token = @fence_token " +
+				"AND fence_l.leased_until > SYSDATE(3)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, err := GuardFor(c.e, c.spec)
@@ -36,6 +40,15 @@ func TestGuardFor(t *testing.T) {
 				t.Fatalf("guard text has characters whose reading depends on the session: %s", g.SQL)
 			}
 		})
+	}
+	// On Galera the rejection is classified by InnoDB's locking read.
+	g, _ := GuardFor(Galera, GuardSpec{Schema: "app", Table: "fenced_job_leases", Vars: vars})
+	row, _ := GuardFor(InnoDB, GuardSpec{Schema: "app", Table: "fenced_job_leases", Vars: vars})
+	if g.Kind != GuardAffected || g.Classify != row.SQL || g.VarsSQL != row.VarsSQL || row.Kind != GuardRow || row.Classify != "" {
+		t.Fatalf("Galera guard %+v", g)
+	}
+	if !g.Holds(1) || g.Holds(0) {
+		t.Fatal("Holds: 1 affected row holds, 0 does not")
 	}
 	if _, err := GuardFor(InnoDB, GuardSpec{Schema: "a`b", Table: "t", Vars: vars}); err == nil {
 		t.Fatal("a backquote in the lease table's name was accepted")

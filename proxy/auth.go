@@ -143,6 +143,9 @@ func (c *clientConn) handshake(rt *runtime) error {
 		c.p.metrics.AuthFailures.Inc()
 		return errors.New("authentication failed")
 	}
+	if err := c.learnEngine(rt); err != nil {
+		return err
+	}
 	c.client.conn.SetDeadline(time.Time{})
 	c.backend.conn.SetDeadline(time.Time{})
 	return nil

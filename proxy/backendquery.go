@@ -67,6 +67,7 @@ func (c *clientConn) readOwn() ([][]value, error) {
 				return nil, c.backend.fail(malformed("OK packet"))
 			}
 			c.noteStatus(ok.status)
+			c.ownAffected = ok.affectedRows
 			more = ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0
 		case mysql.ERR_HEADER:
 			c.statusStale = true

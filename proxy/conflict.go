@@ -19,7 +19,7 @@ import (
 // transaction committed.
 const erWriteConflict = 9007
 
-// fencedTxn is a transaction on a TiDB backend that carries a guarded
+// fencedTxn is a transaction on a TiDB or Galera backend that carries a guarded
 // write whose guard passed: if the transaction then ends in a write
 // conflict, that write was stopped by the engine, not by the guard, and is
 // audited as a conflict.
@@ -31,7 +31,7 @@ type fencedTxn struct {
 
 // watchConflicts remembers a guarded write that is about to go out.
 func (c *clientConn) watchConflicts(rt *runtime, f *rewrite.Fence, v verdict) {
-	if c.srv.Flavor == rewrite.TiDB {
+	if c.srv.Flavor == rewrite.TiDB || c.srv.Galera {
 		c.fenced = &fencedTxn{rt: rt, fence: f, v: v}
 	}
 }
@@ -50,7 +50,7 @@ func (c *clientConn) noteTxnStatus(st uint16) {
 // counted, once per transaction (for its latest guarded write). The client
 // gets the server's error as it is.
 func (c *clientConn) noteError(code uint16) {
-	if c.fenced == nil || code != erWriteConflict {
+	if c.fenced == nil || !(code == erWriteConflict || code == erConflict && c.srv.Galera) {
 		return
 	}
 	ft := c.fenced
@@ -61,11 +61,16 @@ func (c *clientConn) noteError(code uint16) {
 // auditConflict records a fenced write that did not commit because the
 // engine found a conflict on the lease row.
 func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) {
+	detail := "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
+		"write: a row it locked (the lease row, or another) was committed by another transaction after it began"
+	if code == erConflict {
+		detail = "Galera answered error 1213 in the transaction of this fenced write: certification ordered a " +
+			"takeover or another write of the lease row first, and the transaction was rolled back"
+	}
 	c.writeAudit(audit.Record{
 		Reason: audit.Conflict, Lease: v.lease, Table: v.table,
 		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
 		Digest: f.Digest, Outcome: "error",
-		Detail: "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
-			"write: a row it locked (the lease row, or another) was committed by another transaction after it began",
+		Detail: detail,
 	}, rt)
 }

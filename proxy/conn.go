@@ -38,7 +38,10 @@ type clientConn struct {
 	backendTLS   bool
 	scramble     []byte // the backend's current auth challenge
 	srv          rewrite.Server
-	connID       uint32
+	// ownAffected: the affected rows of the last OK readOwn read (a
+	// Galera guard's verdict).
+	ownAffected uint64
+	connID      uint32
 
 	// session as the rewriter and the audit need it
 	user    string

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"encoding/binary"
+	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -66,8 +68,11 @@ func (c *clientConn) hasGuarded(stmts []rewrite.Stmt) bool {
 
 // guardEngine is the lease package's engine family for the backend.
 func (c *clientConn) guardEngine() lease.Engine {
-	if c.srv.Flavor == rewrite.TiDB {
+	switch {
+	case c.srv.Flavor == rewrite.TiDB:
 		return lease.TiDB
+	case c.srv.Galera:
+		return lease.Galera
 	}
 	return lease.InnoDB
 }
@@ -153,7 +158,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 			return err
 		}
 		if gerr != nil {
-			return c.guardError(gerr, ts)
+			return c.guardError(rt, f, gerr, ts)
 		}
 		return c.rejectGuarded(rt, f, v)
 	}
@@ -238,6 +243,19 @@ func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool)
 			}
 			return v, be, nil
 		}
+		if g.Kind == lease.GuardAffected {
+			if g.Holds(c.ownAffected) {
+				continue
+			}
+			// Why it matched no row: the current row, read with a lock.
+			if rows, err = c.backendQuery(g.Classify); err != nil {
+				be, ok := err.(*backendError)
+				if !ok {
+					return v, nil, err
+				}
+				return v, be, nil
+			}
+		}
 		gv, valid := g.Read(toFields(rows))
 		if valid && gv.NeedVars {
 			vr, err := c.backendQuery(g.VarsSQL)
@@ -258,6 +276,11 @@ func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool)
 			presentedOwner: gv.PresentedOwner, presentedToken: gv.PresentedToken, currentToken: gv.CurrentToken}
 		if tg.Lease == "" {
 			v.lease = gv.Lease
+		}
+		if g.Kind == lease.GuardAffected && !v.rejected() {
+			// The row changed between the guard and its reading; the guard
+			// decides, and a token can only have moved on.
+			v.reason = audit.StaleToken
 		}
 		if v.rejected() {
 			return v, nil, nil
@@ -284,14 +307,27 @@ func toFields(rows [][]value) [][]lease.Field {
 
 // guardError answers a write whose guard failed with the guard's error:
 // nothing of the write was sent.
-func (c *clientConn) guardError(be *backendError, ts []rewrite.Target) error {
+func (c *clientConn) guardError(rt *runtime, f *rewrite.Fence, be *backendError, ts []rewrite.Target) error {
 	msg := be.msg
-	if be.code == mysql.ER_NO_SUCH_TABLE {
+	switch {
+	case be.code == mysql.ER_NO_SUCH_TABLE:
 		msg = "fenceproxy: the lease table for " + ts[0].Schema + "." + ts[0].Table +
 			" is missing (run fenceproxy init): " + msg
+	case be.code == mysql.ER_BAD_FIELD_ERROR && strings.Contains(msg, lease.WriteCounter):
+		msg = "fenceproxy: the lease table for " + ts[0].Schema + "." + ts[0].Table + " has no " + lease.WriteCounter +
+			" column, which fenced writes on MariaDB Galera bump (run fenceproxy init to add it): " + msg
+	case be.code == erConflict && c.srv.Galera:
+		// The guard itself lost certification: its transaction is rolled
+		// back, this write and any earlier one in it.
+		c.fenced = nil
+		c.auditConflict(rt, f, verdict{lease: ts[0].Lease, table: ts[0].Schema + "." + ts[0].Table}, be.code)
 	}
 	return c.sendError(be.code, be.state, msg)
 }
+
+// erConflict is ER_LOCK_DEADLOCK: on Galera also a certification failure
+// or a brute-force abort by a replicated write.
+const erConflict = 1213
 
 // rejectGuarded answers a guarded write whose lease check failed, after the
 // audit record is written: an OK of 0 rows (on_stale: zero_rows, what the

@@ -27,7 +27,10 @@ const (
 	LeaseMissing  = "lease_missing"
 	Refused       = "refused"
 	// Conflict: the engine rolled back the transaction of a fenced write
-	// because the lease row changed after it began (TiDB error 9007).
+	// because the lease row changed after it began (TiDB error 9007; on
+	// Galera 1213: certification ordered a takeover or another write of
+	// the lease first). The write did not commit; the client gets the
+	// engine's own error.
 	Conflict = "conflict"
 )
 
