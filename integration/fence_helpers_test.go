@@ -34,17 +34,21 @@ type fencedEnv struct {
 }
 
 type envOptions struct {
-	onStale string   // zero_rows (default) | error
-	mode    string   // enforce (default) | shadow
-	extra   string   // more YAML (top level)
-	tables  []string // more protected tables (unqualified, in the env's database), created by the test
-	audit   string   // more keys of the audit section, each line indented by two spaces
-	backend []string // more backend keys ("user: x")
+	onStale string           // zero_rows (default) | error
+	mode    string           // enforce (default) | shadow
+	extra   string           // more YAML (top level)
+	tables  []string         // more protected tables (unqualified, in the env's database), created by the test
+	audit   string           // more keys of the audit section, each line indented by two spaces
+	backend []string         // more backend keys ("user: x")
+	server  *dbserver.Server // default: dbtest.Shared
 }
 
 func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	t.Helper()
-	s := dbtest.Shared(t)
+	s := o.server
+	if s == nil {
+		s = dbtest.Shared(t)
+	}
 	db, root := newLeaseDB(t, s)
 	stmts := []string{
 		"CREATE TABLE reconciliation_runs (id INT PRIMARY KEY, status VARCHAR(20) NOT NULL, result VARCHAR(100), token BIGINT UNSIGNED)",

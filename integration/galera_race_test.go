@@ -208,8 +208,9 @@ func noteSlowest(v *atomic.Int64, since time.Time) {
 	}
 }
 
-// runGaleraRace races writers on node 1 against takeovers on node 2 for d.
-func runGaleraRace(t *testing.T, c *dbserver.Cluster, schema string, shape fenceShape, d time.Duration) *raceCounts {
+// runGaleraRace races writers against takeovers on node 2 for d. The
+// writers connect with writerDSN (node 1, or a proxy in front of it).
+func runGaleraRace(t *testing.T, c *dbserver.Cluster, writerDSN string, shape fenceShape, d time.Duration) *raceCounts {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -219,7 +220,7 @@ func runGaleraRace(t *testing.T, c *dbserver.Cluster, schema string, shape fence
 
 	// Two writers on node 1, one per isolation level the design requires.
 	for w, iso := range []string{"READ-COMMITTED", "REPEATABLE-READ"} {
-		db := dbtest.Open(t, c.Nodes[0].DSN(dbserver.AppUser, dbserver.AppPassword, schema)+"&tx_isolation=%27"+iso+"%27")
+		db := dbtest.Open(t, writerDSN+"&tx_isolation=%27"+iso+"%27")
 		conn, err := db.Conn(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -242,7 +243,11 @@ func runGaleraRace(t *testing.T, c *dbserver.Cluster, schema string, shape fence
 	}
 
 	// Takeovers on node 2.
-	b := dbtest.Open(t, c.Nodes[1].DSN(dbserver.AppUser, dbserver.AppPassword, schema))
+	cfg, err := mysql.ParseDSN(writerDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := dbtest.Open(t, c.Nodes[1].DSN(dbserver.AppUser, dbserver.AppPassword, cfg.DBName))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -481,7 +486,7 @@ func TestGaleraFenceShapesRace(t *testing.T) {
 				d = min(d, 10*time.Second)
 			}
 			began := time.Now()
-			counts := runGaleraRace(t, c, schema, shape, d)
+			counts := runGaleraRace(t, c, c.Nodes[0].DSN(dbserver.AppUser, dbserver.AppPassword, schema), shape, d)
 			elapsed := time.Since(began)
 			order := readCommitOrder(t, c, root, schema, from, 1)
 			replays = wsrepCounter(t, c.Nodes[0], "wsrep_local_replays") - replays
@@ -503,6 +508,58 @@ func TestGaleraFenceShapesRace(t *testing.T) {
 				t.Errorf("the lock-only shape let no stale write through in %s: the race no longer reproduces the hole it checks for", d)
 			}
 		})
+	}
+}
+
+// writeVerbatim is what an application sends through the proxy: the
+// statement as written; the proxy adds the guard.
+func writeVerbatim(ctx context.Context, c *sql.Conn, insert, _ bool, id int) (bool, int64, error) {
+	q, args := plainUpdate, []any{id}
+	if insert {
+		q, args = plainInsert, nil
+	}
+	r, err := c.ExecContext(ctx, q, args...)
+	if err != nil {
+		return false, 0, err
+	}
+	n, _ := r.RowsAffected()
+	return n > 0, n, nil
+}
+
+// TestGaleraProxyRace is the race of issue 9 through the proxy: writers
+// send plain UPDATEs, INSERTs and transactions of both through a proxy in
+// front of node 1 (engine learned at connect), takeovers commit on node 2,
+// and node 3's binary log must show no write with token t committed after
+// the takeover to t+1. Conflicts (1213) are the engine's errors to the
+// writers and audited as such.
+func TestGaleraProxyRace(t *testing.T) {
+	c := dbtest.SharedGalera(t)
+	d := galeraRaceDuration(t)
+	schema, root := galeraRaceSchema(t, c)
+	tp := startProxy(t, c.Nodes[0].Addr, "tables:\n  - name: "+schema+".runs\n  - name: "+schema+".events\n")
+	from := galeraBinlogPos(t, c)
+	began := time.Now()
+	counts := runGaleraRace(t, c, tp.DSN(dbserver.AppUser, dbserver.AppPassword, schema), fenceShape{name: "proxy", safe: true, write: writeVerbatim}, d)
+	elapsed := time.Since(began)
+	order := readCommitOrder(t, c, root, schema, from, 1)
+	rejected := testutilCounter(t, tp.Reg, "fenceproxy_stale_writes_rejected_total")
+	t.Logf("through the proxy, %s: clients: %d committed, %d rejected, %d conflicts (1213), %d takeovers (%d retried); "+
+		"node 3's binary log: %d row writes, %d with token t after the takeover to t+1; proxy: %v rejections and conflicts counted; "+
+		"slowest write %s, slowest takeover %s",
+		elapsed.Round(time.Second), counts.committed.Load(), counts.rejected.Load(), counts.conflicts.Load(), counts.takeovers.Load(),
+		counts.takeoverRetries.Load(), order.writes, order.stale, rejected,
+		time.Duration(counts.slowestWrite.Load())*time.Microsecond, time.Duration(counts.slowestTakeover.Load())*time.Microsecond)
+	if order.writes == 0 || order.takeovers == 0 {
+		t.Fatalf("no race: %d writes, %d takeovers", order.writes, order.takeovers)
+	}
+	if order.takeovers != int(counts.takeovers.Load()) {
+		t.Errorf("the binary log shows %d takeovers, the taker made %d", order.takeovers, counts.takeovers.Load())
+	}
+	if order.stale > 0 {
+		t.Errorf("%d writes with token t committed after the takeover to t+1", order.stale)
+	}
+	if want := float64(counts.rejected.Load() + counts.conflicts.Load()); rejected < want {
+		t.Errorf("the proxy counted %v rejections and conflicts, the writers saw %v", rejected, want)
 	}
 }
 

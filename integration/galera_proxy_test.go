@@ -1,0 +1,194 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fenceproxy/fenceproxy/integration/dbserver"
+	"github.com/fenceproxy/fenceproxy/integration/dbtest"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+)
+
+// galeraEnv is a fencedEnv whose proxy is in front of node 1 of the shared
+// cluster (backend.engine left at auto: the proxy must learn it is Galera),
+// with admin connections to node 1 and node 2 that wait for the cluster's
+// earlier commits before each statement (wsrep_sync_wait=15).
+type galeraEnv struct {
+	*fencedEnv
+	c          *dbserver.Cluster
+	node1      *sql.DB
+	node2      *sql.DB
+	fenceCount func() int
+}
+
+func newGaleraEnv(t *testing.T) *galeraEnv {
+	t.Helper()
+	c := dbtest.SharedGalera(t)
+	e := newFencedEnv(t, envOptions{server: c.Nodes[0]})
+	g := &galeraEnv{fencedEnv: e, c: c,
+		node1: dbtest.Open(t, withParam(c.Nodes[0].RootDSN(e.db), "wsrep_sync_wait=15")),
+		node2: dbtest.Open(t, withParam(c.Nodes[1].RootDSN(e.db), "wsrep_sync_wait=15")),
+	}
+	g.fenceCount = func() int {
+		t.Helper()
+		var n sql.NullInt64
+		if err := g.node1.QueryRow("SELECT SUM(fence_writes) FROM fenced_job_leases").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return int(n.Int64)
+	}
+	return g
+}
+
+// takeOver moves lease name to the next token on node 2, as a worker there
+// acquiring it would, and waits until node 1 has applied it.
+func (g *galeraEnv) takeOver(t *testing.T, name string) {
+	t.Helper()
+	mustExec(t, g.node2, "UPDATE fenced_job_leases SET fence_token = fence_token + 1 WHERE lease_name = ?", name)
+	queryString(t, g.node1, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ?", name)
+}
+
+// Every kind of write through the proxy on a Galera node: with a valid
+// fence it has exactly the server's affected rows and bumps the lease
+// row's write counter once (the Galera guard ran); after a takeover on
+// another node it changes nothing and is audited as stale.
+func TestGaleraProxyFencesEveryWrite(t *testing.T) {
+	g := newGaleraEnv(t)
+	mustExec(t, g.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1), (2, 'acme', '2026-02', 2)")
+	l := g.acquire(t, "invoice:acme", time.Hour)
+	a := g.session(t)
+	setFence(t, a, l)
+	writes := []struct {
+		name string
+		q    string
+		want int64
+	}{
+		{"update", "UPDATE invoices SET amount = amount + 1 WHERE id = 1", 1},
+		{"update changing nothing", "UPDATE invoices SET amount = amount WHERE id = 1", 0},
+		{"update order limit", "UPDATE invoices SET amount = amount + 1 ORDER BY id DESC LIMIT 1", 1},
+		{"insert", "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-03', 3)", 1},
+		{"insert on duplicate key update", "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-03', 4) ON DUPLICATE KEY UPDATE amount = VALUES(amount)", 2},
+		{"replace", "REPLACE INTO invoices (id, customer, period, amount) VALUES (2, 'acme', '2026-02', 5)", 2},
+		{"multi-table update", "UPDATE invoices i JOIN notes n ON n.id = 1 SET i.amount = 9 WHERE i.id = 1", 0},
+		{"delete", "DELETE FROM invoices WHERE id = 1", 1},
+	}
+	for _, w := range writes {
+		t.Run(w.name, func(t *testing.T) {
+			before := g.fenceCount()
+			if got := rowsAffected(mustExec(t, a, w.q)); got != w.want {
+				t.Errorf("%d rows affected, want %d (what the server says of it)", got, w.want)
+			}
+			if n := g.fenceCount(); n != before+1 {
+				t.Errorf("fence_writes went from %d to %d: the Galera guard did not run once", before, n)
+			}
+		})
+	}
+	t.Run("transaction", func(t *testing.T) {
+		mustExec(t, a, "START TRANSACTION")
+		mustExec(t, a, "UPDATE invoices SET amount = 20 WHERE id = 2")
+		mustExec(t, a, "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-04', 4)")
+		mustExec(t, a, "COMMIT")
+		if got := queryString(t, g.node2, "SELECT CONCAT(amount) FROM invoices WHERE id = 2"); got != "20.00" {
+			t.Errorf("node 2 sees amount %s after the commit", got)
+		}
+	})
+
+	g.takeOver(t, l.Name)
+	dump := tableDump(t, g.node1, "invoices")
+	for _, w := range writes {
+		t.Run("stale "+w.name, func(t *testing.T) {
+			if got := rowsAffected(mustExec(t, a, w.q)); got != 0 {
+				t.Errorf("stale write: %d rows affected", got)
+			}
+		})
+	}
+	mustExec(t, a, "START TRANSACTION")
+	if got := rowsAffected(mustExec(t, a, "UPDATE invoices SET amount = 30 WHERE id = 2")); got != 0 {
+		t.Errorf("stale write in a transaction: %d rows affected", got)
+	}
+	mustExec(t, a, "COMMIT")
+	if after := tableDump(t, g.node2, "invoices"); after != dump {
+		t.Errorf("stale writes changed the table:\nbefore\n%s\nafter\n%s", dump, after)
+	}
+	eventually(t, 10*time.Second, "an audit record per stale write", func() bool {
+		n := 0
+		for _, r := range g.auditRecords(t) {
+			if r.Reason == audit.StaleToken && r.Table == g.db+".invoices" && r.CurrentToken != nil && *r.CurrentToken == l.Token+1 {
+				n++
+			}
+		}
+		return n == len(writes)+1
+	})
+}
+
+// A transaction through the proxy on node 1 holds a guarded write when a
+// takeover commits on node 2: certification rolls the transaction back,
+// and its COMMIT must fail with the engine's own 1213, audited as a
+// conflict and counted, never report success.
+func TestGaleraProxyCommitConflictIsTheEnginesError(t *testing.T) {
+	g := newGaleraEnv(t)
+	mustExec(t, g.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+	l := g.acquire(t, "invoice:acme", time.Hour)
+	for _, iso := range []string{"READ-COMMITTED", "REPEATABLE-READ"} {
+		t.Run(iso, func(t *testing.T) {
+			a := g.session(t, "tx_isolation=%27"+iso+"%27")
+			setFence(t, a, l)
+			mustExec(t, a, "START TRANSACTION")
+			if got := rowsAffected(mustExec(t, a, "UPDATE invoices SET amount = amount + 1 WHERE id = 1")); got != 1 {
+				t.Fatalf("fenced write before the takeover: %d rows", got)
+			}
+			before := tableDump(t, g.node1, "invoices")
+			g.takeOver(t, l.Name)
+			_, err := a.ExecContext(context.Background(), "COMMIT")
+			var me *mysql.MySQLError
+			if !errors.As(err, &me) || me.Number != 1213 {
+				t.Fatalf("COMMIT after the takeover on node 2: %v, want the server's error 1213", err)
+			}
+			if after := tableDump(t, g.node2, "invoices"); after != before {
+				t.Errorf("the conflicting transaction changed the table:\n%s\nwas\n%s", after, before)
+			}
+			l.Token++ // the takeover's; the session keeps presenting the old one
+		})
+	}
+	eventually(t, 10*time.Second, "two conflict audit records", func() bool {
+		n := 0
+		for _, r := range g.auditRecords(t) {
+			if r.Reason == audit.Conflict && r.Table == g.db+".invoices" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if got := testutilCounter(t, g.proxy.Reg, "fenceproxy_stale_writes_rejected_total"); got != 2 {
+		t.Errorf("fenceproxy_stale_writes_rejected_total = %v, want the 2 conflicts", got)
+	}
+}
+
+// A lease table from before the write counter: on Galera the proxy cannot
+// fence, and says to run fenceproxy init.
+func TestGaleraProxyNeedsTheWriteCounter(t *testing.T) {
+	g := newGaleraEnv(t)
+	mustExec(t, g.root, "ALTER TABLE fenced_job_leases DROP COLUMN fence_writes")
+	l := g.acquire(t, "invoice:acme", time.Hour)
+	a := g.session(t)
+	setFence(t, a, l)
+	for _, q := range []string{
+		"UPDATE invoices SET amount = 1 WHERE id = 1",
+		"INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-03', 3)",
+		"DELETE FROM invoices",
+	} {
+		_, err := a.ExecContext(context.Background(), q)
+		if err == nil || !strings.Contains(err.Error(), "fenceproxy init") || !strings.Contains(err.Error(), "fence_writes") {
+			t.Errorf("%s without fence_writes: %v, want an error that says to run fenceproxy init", q, err)
+		}
+	}
+	if n := queryString(t, g.node1, "SELECT COUNT(*) FROM invoices"); n != "0" {
+		t.Errorf("%s rows written", n)
+	}
+}
