@@ -192,3 +192,33 @@ func TestGaleraProxyNeedsTheWriteCounter(t *testing.T) {
 		t.Errorf("%s rows written", n)
 	}
 }
+
+// BenchmarkConnectEngine measures a new connection through the proxy (TCP,
+// handshake, password authentication, first ping) with the engine learned
+// at connect (auto: one SHOW VARIABLES) and given in the config (mariadb):
+// go test -run '^$' -bench ConnectEngine -benchtime 2000x ./integration/.
+func BenchmarkConnectEngine(b *testing.B) {
+	s := dbtest.Shared(b)
+	for _, engine := range []string{"auto", "mariadb"} {
+		b.Run(engine, func(b *testing.B) {
+			tp := startProxy(b, s.Addr, "", "engine: "+engine)
+			cfg, err := mysql.ParseDSN(tp.DSN(dbserver.AppUser, dbserver.AppPassword, ""))
+			if err != nil {
+				b.Fatal(err)
+			}
+			connector, err := mysql.NewConnector(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c, err := connector.Connect(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
+	}
+}
