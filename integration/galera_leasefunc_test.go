@@ -27,6 +27,7 @@ func TestGaleraLeaseFunctionsRetryConflicts(t *testing.T) {
 	if err := lease.CreateSchema(context.Background(), root, ""); err != nil {
 		t.Fatal(err)
 	}
+	dbtest.AwaitGalera(t, c)
 	tables := "tables:\n  - name: " + name + ".runs\n"
 	proxies := []*testProxy{startProxy(t, c.Nodes[0].Addr, tables), startProxy(t, c.Nodes[1].Addr, tables)}
 

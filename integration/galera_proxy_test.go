@@ -31,6 +31,7 @@ func newGaleraEnv(t *testing.T) *galeraEnv {
 	t.Helper()
 	c := dbtest.SharedGalera(t)
 	e := newFencedEnv(t, envOptions{server: c.Nodes[0]})
+	dbtest.AwaitGalera(t, c)
 	g := &galeraEnv{fencedEnv: e, c: c,
 		node1: dbtest.Open(t, withParam(c.Nodes[0].RootDSN(e.db), "wsrep_sync_wait=15")),
 		node2: dbtest.Open(t, withParam(c.Nodes[1].RootDSN(e.db), "wsrep_sync_wait=15")),

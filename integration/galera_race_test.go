@@ -183,6 +183,7 @@ func galeraRaceSchema(t *testing.T, c *dbserver.Cluster) (string, *sql.DB) {
 	} {
 		mustExec(t, root, q)
 	}
+	dbtest.AwaitGalera(t, c)
 	n3 := dbtest.Open(t, withParam(c.Nodes[2].RootDSN(name), "wsrep_sync_wait=1"))
 	var tok int
 	if err := n3.QueryRow("SELECT fence_token FROM fenced_job_leases").Scan(&tok); err != nil {
@@ -311,7 +312,16 @@ func galeraWriter(ctx context.Context, c *sql.Conn, shape fenceShape, w int, cou
 		default:
 			counts.rejected.Add(1)
 		}
-		if _, err := c.ExecContext(bg, "SET @fence_token = (SELECT fence_token FROM fenced_job_leases WHERE lease_name = @fence_lease)"); err != nil && !isConflict(err) {
+		// A plain SELECT, then SET: the proxy refuses other reads of the
+		// lease table (they would lock its rows).
+		var tok int64
+		if err := c.QueryRowContext(bg, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = @fence_lease").Scan(&tok); err != nil {
+			if isConflict(err) {
+				continue
+			}
+			return err
+		}
+		if _, err := c.ExecContext(bg, "SET @fence_token = ?", tok); err != nil {
 			return err
 		}
 	}

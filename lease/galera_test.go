@@ -59,6 +59,7 @@ func TestGaleraLeaseOperationsRetryConflicts(t *testing.T) {
 	if err := lease.CreateSchema(ctxT(t), first, ""); err != nil {
 		t.Fatal(err)
 	}
+	dbtest.AwaitGalera(t, c)
 	const table = lease.DefaultTable
 	var conflicts atomic.Int64
 	var mu sync.Mutex

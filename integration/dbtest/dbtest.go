@@ -192,3 +192,19 @@ func redact(dsn string) string {
 	}
 	return cfg.FormatDSN()
 }
+
+// AwaitGalera waits until every node of c has applied what the cluster
+// committed so far (a read with wsrep_sync_wait on each): after a CREATE
+// DATABASE on one node, another may not have it yet, and a connection
+// naming it there fails with "Unknown database".
+func AwaitGalera(t testing.TB, c *dbserver.Cluster) {
+	t.Helper()
+	for i, s := range c.Nodes {
+		db := Open(t, s.RootDSN("")+"?wsrep_sync_wait=1")
+		var one int
+		if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
+			t.Fatalf("waiting for galera node %d to catch up: %v", i+1, err)
+		}
+		db.Close()
+	}
+}

@@ -76,6 +76,7 @@ func TestGaleraNodesFormOneSyncedCluster(t *testing.T) {
 func TestGaleraReplicatesWritesFromEveryNode(t *testing.T) {
 	c := dbtest.SharedGalera(t)
 	name := dbtest.NewDatabase(t, c.Nodes[0])
+	dbtest.AwaitGalera(t, c)
 	dbs := make([]*sql.DB, len(c.Nodes))
 	for i, s := range c.Nodes {
 		dbs[i] = dbtest.Open(t, s.DSN(dbserver.AppUser, dbserver.AppPassword, name)+"&wsrep_sync_wait=15")
