@@ -63,6 +63,11 @@ func (c *clientConn) noteError(code uint16) {
 func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) {
 	detail := "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
 		"write: a row it locked (the lease row, or another) was committed by another transaction after it began"
+	if v.table == "" && len(f.Targets) > 0 {
+		// A guard that held returns no verdict of its own: name the write's table.
+		tg := f.Targets[0]
+		v.table, v.lease = tg.Schema+"."+tg.Table, tg.Lease
+	}
 	if code == erConflict {
 		detail = "Galera answered error 1213 in the transaction of this fenced write: certification ordered a " +
 			"takeover or another write of the lease row first, and the transaction was rolled back"
