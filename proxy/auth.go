@@ -115,7 +115,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
-			c.p.metrics.BackendDialFailures.Inc()
+			c.p.metrics.backendDialFailed()
 			c.writeAuthError(cseq+1, crSSLConnection, "HY000", "fenceproxy: TLS to the backend failed: "+err.Error())
 			return c.backend.fail(fmt.Errorf("TLS handshake: %w", err))
 		}
@@ -154,15 +154,13 @@ func (c *clientConn) handshake(rt *runtime) error {
 // connectBackend dials the backend and reads its initial handshake. A
 // failure reaches the client as an ERR packet in place of a handshake.
 func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*serverHandshake, error) {
-	up := false
-	defer func() { c.p.metrics.setBackendUp(up) }()
 	timeout := cfg.Timeouts.Connect.D()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", c.p.backendAddr)
 	if err != nil {
-		c.p.metrics.BackendDialFailures.Inc()
+		c.p.metrics.backendDialFailed()
 		c.sendInitialError(fmt.Sprintf("fenceproxy: cannot connect to the backend %s: %v", c.p.backendAddr, err))
 		return nil, fmt.Errorf("backend dial: %w", err)
 	}
@@ -170,25 +168,25 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 	nc.SetDeadline(time.Now().Add(timeout))
 	p, _, err := c.backend.readPacket(nil, 1<<16)
 	if err != nil {
-		c.p.metrics.BackendDialFailures.Inc()
+		c.p.metrics.backendDialFailed()
 		c.sendInitialError(fmt.Sprintf("fenceproxy: the backend %s sent no handshake: %v", c.p.backendAddr, err))
 		return nil, fmt.Errorf("backend handshake: %w", err)
 	}
 	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
 		// e.g. the backend's own "Too many connections" or "Host blocked":
 		// the client should see it as it is.
-		c.p.metrics.BackendDialFailures.Inc()
+		c.p.metrics.backendDialFailed()
 		c.client.writePacket(0, p)
 		c.client.flush()
 		return nil, fmt.Errorf("backend refused: %s", parseErr(p).msg)
 	}
 	hs, err := parseServerHandshake(p)
 	if err != nil {
-		c.p.metrics.BackendDialFailures.Inc()
+		c.p.metrics.backendDialFailed()
 		c.sendInitialError("fenceproxy: the backend's handshake is not MySQL protocol 10")
 		return nil, c.backend.fail(err)
 	}
-	up = true
+	c.p.metrics.setBackendUp(true)
 	return hs, nil
 }
 

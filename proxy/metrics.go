@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenceproxy_statements_refused_total", Help: "Statements the proxy refused (mode=enforce) or would have refused (mode=shadow) because it cannot fence them, by reason: protected_table (names a protected table: DDL, LOAD DATA, ...), unverifiable (cannot be checked: PREPARE FROM a variable, unreadable text, a malformed lease call)."},
 			[]string{"reason", "mode"}),
 		BackendUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fenceproxy_backend_up", Help: "1 when the last connection to the backend (a client's, or a readiness check) got its greeting, 0 when it failed."}),
+			Name: "fenceproxy_backend_up", Help: "1 when the last connection to the backend (a client's, or a readiness check) got its greeting, 0 when it (or its TLS handshake) failed."}),
 		AuditErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_audit_write_errors_total", Help: "Audit records that could not be written to the audit file or the audit table (fenced_audit)."}),
 		AuditTableWritten: prometheus.NewCounter(prometheus.CounterOpts{
@@ -131,6 +131,13 @@ func commandName(b byte) string {
 		return n
 	}
 	return "other"
+}
+
+// backendDialFailed counts a failed backend connection and marks the
+// backend down, before the client hears of it.
+func (m *Metrics) backendDialFailed() {
+	m.BackendDialFailures.Inc()
+	m.BackendUp.Set(0)
 }
 
 func (m *Metrics) setBackendUp(up bool) {
