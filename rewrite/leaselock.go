@@ -203,6 +203,14 @@ func (in *stmtIn) lockTablesStmt() stmtRes {
 					"of its leases wait for this session; lock only your own tables: when they include a protected "+
 					"table, fenceproxy adds the lease table itself (AS fence_l READ)")
 			}
+			if in.st.mode.server.Galera {
+				// Table locks are local to a Galera node and not certified:
+				// they order nothing against a takeover on another node, so
+				// a guard and its write must share a transaction, which
+				// START TRANSACTION would give only by unlocking the tables.
+				return in.refuse(qualified(p), "LOCK TABLES cannot keep a fenced write atomic on Galera (table locks "+
+					"are local to a node and not certified); use a transaction (BEGIN ... COMMIT) instead")
+			}
 			prot = p
 			leases = append(leases, e.fenceKeys([]Target{target(p)})...)
 		}
