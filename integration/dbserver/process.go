@@ -122,19 +122,28 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 	cfg.User, cfg.Net, cfg.Addr = "root", "unix", sock
 	cfg.Passwd = s.socketPassword
 	cfg.Timeout = time.Second
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return err
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
 	wait := readyTimeout
 	if s.readyTimeout > 0 {
 		wait = s.readyTimeout
 	}
+	return s.awaitLogin(ctx, cfg, wait, 50*time.Millisecond, "the server")
+}
+
+// awaitLogin pings cfg until it logs in; it fails when the server process
+// (s.cmd, just started) exits, ctx ends or wait passes, and then the
+// process is gone.
+func (s *Server) awaitLogin(ctx context.Context, cfg *mysql.Config, wait, every time.Duration, what string) error {
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		s.stop()
+		return err
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	cmd, exited := s.cmd, s.exited
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var lastErr error
 	for {
@@ -147,13 +156,13 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 		select {
 		case <-exited:
 			s.cmd, s.exited = nil, nil
-			return fmt.Errorf("%s exited during start-up (%v)", binary, cmd.ProcessState)
+			return fmt.Errorf("%s exited during start-up (%v)", cmd.Path, cmd.ProcessState)
 		case <-ctx.Done():
 			s.stop()
-			return fmt.Errorf("waiting for the server: %w (last error: %v)", ctx.Err(), lastErr)
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), lastErr)
 		case <-deadline.C:
 			s.stop()
-			return fmt.Errorf("server not ready after %s: %v", wait, lastErr)
+			return fmt.Errorf("%s not ready after %s: %v", what, wait, lastErr)
 		case <-tick.C:
 		}
 	}

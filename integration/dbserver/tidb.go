@@ -151,37 +151,7 @@ func (s *Server) runTiDB(ctx context.Context, binary string, port, status int) e
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Net, cfg.Addr = "root", "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cfg.Timeout = time.Second
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return err
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
-	deadline := time.NewTimer(tidbReadyTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		lastErr = db.PingContext(pctx)
-		cancel()
-		if lastErr == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			s.cmd, s.exited = nil, nil
-			return fmt.Errorf("%s exited during start-up (%v)", binary, cmd.ProcessState)
-		case <-ctx.Done():
-			s.stop()
-			return fmt.Errorf("waiting for tidb-server: %w (last error: %v)", ctx.Err(), lastErr)
-		case <-deadline.C:
-			s.stop()
-			return fmt.Errorf("tidb-server not ready after %s: %v", tidbReadyTimeout, lastErr)
-		case <-tick.C:
-		}
-	}
+	return s.awaitLogin(ctx, cfg, tidbReadyTimeout, 100*time.Millisecond, "tidb-server")
 }
 
 // setupTiDBAccounts gives root@'%' a random password and creates AppUser,
