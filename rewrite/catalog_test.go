@@ -61,13 +61,7 @@ func TestCatalogGolden(t *testing.T) {
 			changed := false
 			for _, c := range cases {
 				for run := 1; run <= 2; run++ {
-					sess := c.sess
-					var d Decision
-					if c.prepare {
-						d = e.Prepare([]byte(c.in), c.srv, &sess)
-					} else {
-						d = e.Query([]byte(c.in), c.srv, &sess)
-					}
+					d := decide(e, []byte(c.in), c.srv, c.sess, c.prepare)
 					got := render(e, c, d)
 					checkInvariants(t, e, c, d)
 					if got != c.out {

@@ -281,13 +281,7 @@ func TestGolden(t *testing.T) {
 		preamble, cases := parseGolden(t, path)
 		changed := false
 		for _, c := range cases {
-			sess := c.sess
-			var d Decision
-			if c.prepare {
-				d = e.Prepare([]byte(c.in), c.srv, &sess)
-			} else {
-				d = e.Query([]byte(c.in), c.srv, &sess)
-			}
+			d := decide(e, []byte(c.in), c.srv, c.sess, c.prepare)
 			got := render(e, c, d)
 			checkInvariants(t, e, c, d)
 			if got != c.out {
@@ -314,13 +308,7 @@ func TestGolden(t *testing.T) {
 		_, cases := parseGolden(t, path)
 		for _, c := range cases {
 			for run := 1; run <= 2; run++ {
-				sess := c.sess
-				var d Decision
-				if c.prepare {
-					d = shapes.Prepare([]byte(c.in), c.srv, &sess)
-				} else {
-					d = shapes.Query([]byte(c.in), c.srv, &sess)
-				}
+				d := decide(shapes, []byte(c.in), c.srv, c.sess, c.prepare)
 				if got := render(shapes, c, d); got != c.out {
 					t.Errorf("%s: case %q, run %d with the shape cache:\n--- got\n%s\n--- want\n%s", filepath.Base(path), c.name, run, got, c.out)
 				}
