@@ -103,19 +103,9 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 		args = append(args, "--ssl-ca="+c.CAFile, "--ssl-cert="+c.ServerCertFile, "--ssl-key="+c.ServerKeyFile)
 	}
 	cmd := exec.Command(binary, args...)
-	cmd.SysProcAttr = childAttr()
-	out, err := os.OpenFile(filepath.Join(s.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	if err := s.startProcess(cmd); err != nil {
 		return err
 	}
-	defer out.Close() // the child has its own copy
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", binary, err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	s.cmd, s.exited = cmd, exited
 
 	// Poll the socket as the still passwordless root.
 	cfg := mysql.NewConfig()
@@ -127,6 +117,25 @@ func (s *Server) run(ctx context.Context, binary string, info binaryInfo, datadi
 		wait = s.readyTimeout
 	}
 	return s.awaitLogin(ctx, cfg, wait, 50*time.Millisecond, "the server")
+}
+
+// startProcess starts cmd as the server's process, its output appended to
+// stdout.log in the server's directory, and notes when it exits.
+func (s *Server) startProcess(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = childAttr()
+	out, err := os.OpenFile(filepath.Join(s.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close() // the child has its own copy
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	return nil
 }
 
 // awaitLogin pings cfg until it logs in; it fails when the server process

@@ -133,19 +133,9 @@ func (s *Server) runTiDB(ctx context.Context, binary string, port, status int) e
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = s.Dir // anything it writes relative to its working directory stays in the temp dir
-	cmd.SysProcAttr = childAttr()
-	out, err := os.OpenFile(filepath.Join(s.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	if err := s.startProcess(cmd); err != nil {
 		return err
 	}
-	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", binary, err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	s.cmd, s.exited = cmd, exited
 
 	// A fresh tidb-server has root@'%' without a password.
 	cfg := mysql.NewConfig()
