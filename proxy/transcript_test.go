@@ -83,6 +83,7 @@ type harness struct {
 	subst   [][2]string // random values and their stable names, for the transcript
 	secrets []string    // what must never appear in a log line or audit record
 	audited int         // audit records already written to the transcript
+	certs   string      // directory of cert.pem and key.pem, when the config names {{certs}}
 }
 
 type lockedBuffer struct {
@@ -116,11 +117,16 @@ func newHarness(t *testing.T, tc transcriptCase) *harness {
 		}
 	}
 	yaml += "tables:\n  - name: app.invoices\n  - name: app.runs\n    lease: admin:runs\n" + tc.config
+	certs := ""
+	if strings.Contains(yaml, "{{certs}}") {
+		certs = writeTestCert(t)
+		yaml = strings.ReplaceAll(yaml, "{{certs}}", certs)
+	}
 	cfg, err := policy.Parse("transcript.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, tc: tc, ln: ln, logs: &lockedBuffer{}}
+	h := &harness{t: t, tc: tc, ln: ln, logs: &lockedBuffer{}, certs: certs}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, err := New(cfg, cfg.Policy(1), Options{Logger: log, InstanceID: "harness"})
 	if err != nil {
@@ -585,7 +591,7 @@ func describe(p []byte, label string, role int) (string, bool) {
 		return "row", false
 	case "":
 	default:
-		if strings.HasPrefix(label, "=") { // a description that says everything
+		if strings.HasPrefix(label, "=") { // a description that says everything (or bytes that are random)
 			return label[1:], true
 		}
 		return label, false
