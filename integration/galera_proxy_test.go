@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -220,6 +222,80 @@ func BenchmarkConnectEngine(b *testing.B) {
 				}
 				c.Close()
 			}
+		})
+	}
+}
+
+// ownerHash is what an audit record shows of an owner token: the first 16
+// hex digits of its SHA-256.
+func ownerHash(owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// checkConflictRecord holds the audit record of a conflict against what
+// the session presented (DESIGN.md's audit fields).
+func checkConflictRecord(t *testing.T, r audit.Record, leaseName, table, owner string, token uint64, schema string) {
+	t.Helper()
+	if r.Reason != audit.Conflict || r.Lease != leaseName || r.Table != table || r.Outcome != "error" ||
+		r.PresentedOwner != ownerHash(owner) || r.PresentedToken == nil || *r.PresentedToken != token ||
+		r.Mode != "enforce" || r.User != dbserver.AppUser || r.Schema != schema || r.Digest == "" || r.Time.IsZero() ||
+		strings.Contains(r.Digest, "owner") || strings.Contains(r.PresentedOwner, owner) {
+		t.Errorf("conflict record %+v, want lease %q, table %s, owner %s, token %d, outcome error", r, leaseName, table, ownerHash(owner), token)
+	}
+}
+
+// A takeover on node 2 brute-force aborts the open transaction of a
+// fenced write on node 1: whichever statement of the client comes next
+// (its COMMIT, another fenced write, an unfenced read) gets the engine's
+// 1213 on a connection that stays usable, nothing of the transaction
+// commits, and one record audits the conflict with the lease's name,
+// whether it comes from @fence_lease or from the policy.
+func TestGaleraProxyConflictAudit(t *testing.T) {
+	g := newGaleraEnv(t)
+	mustExec(t, g.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+	mustExec(t, g.root, "INSERT INTO reconciliation_runs (id, status) VALUES (1, 'new')")
+	cases := []struct {
+		name, lease, table, write, next string
+	}{
+		{"lease from @fence_lease, COMMIT", "invoice:commit", "invoices", "UPDATE invoices SET amount = amount + 1 WHERE id = 1", "COMMIT"},
+		{"lease from @fence_lease, next fenced write", "invoice:next", "invoices", "UPDATE invoices SET amount = amount + 1 WHERE id = 1",
+			"INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-09', 9)"},
+		{"lease from @fence_lease, unfenced statement", "invoice:unfenced", "invoices", "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-08', 8)",
+			"UPDATE notes SET body = 'x' WHERE id = 1"},
+		{"fixed lease, COMMIT", "admin:reconciliation", "reconciliation_runs", "UPDATE reconciliation_runs SET status = 'running' WHERE id = 1", "COMMIT"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := g.acquire(t, tc.lease, time.Hour)
+			a := g.session(t)
+			setFence(t, a, l)
+			before := tableDump(t, g.node1, tc.table)
+			records := len(g.auditRecords(t))
+			mustExec(t, a, "START TRANSACTION")
+			if got := rowsAffected(mustExec(t, a, tc.write)); got != 1 {
+				t.Fatalf("fenced write before the takeover: %d rows", got)
+			}
+			g.takeOver(t, l.Name)
+			_, err := a.ExecContext(context.Background(), tc.next)
+			if errCode(err) != 1213 {
+				t.Fatalf("%s after the takeover on node 2: %v, want the server's error 1213", tc.next, err)
+			}
+			if _, err := a.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+				t.Fatalf("the connection after the 1213: %v", err)
+			}
+			if after := tableDump(t, g.node2, tc.table); after != before {
+				t.Errorf("the conflicting transaction changed %s:\n%s\nwas\n%s", tc.table, after, before)
+			}
+			var recs []audit.Record
+			eventually(t, 10*time.Second, "the conflict's audit record", func() bool {
+				recs = g.auditRecords(t)[records:]
+				return len(recs) > 0
+			})
+			if len(recs) != 1 {
+				t.Fatalf("%d audit records for one conflict: %+v", len(recs), recs)
+			}
+			checkConflictRecord(t, recs[0], l.Name, g.db+"."+tc.table, l.Owner, l.Token, g.db)
 		})
 	}
 }

@@ -44,23 +44,31 @@ func (c *clientConn) noteTxnStatus(st uint16) {
 	}
 }
 
+// engineConflict reports whether code is the backend's "the transaction
+// was rolled back by a conflict" for the engines whose fenced
+// transactions the proxy watches: TiDB's 9007, and 1213 on Galera.
+func (c *clientConn) engineConflict(code uint16) bool {
+	return code == erWriteConflict && c.srv.Flavor == rewrite.TiDB || code == erConflict && c.srv.Galera
+}
+
 // noteError looks at an ERR the server answered a statement of the client
 // with (the guarded write itself, a later statement, or the client's
 // COMMIT): a write conflict in a watched transaction is audited and
 // counted, once per transaction (for its latest guarded write). The client
-// gets the server's error as it is.
-func (c *clientConn) noteError(code uint16) {
-	if c.fenced == nil || !(code == erWriteConflict || code == erConflict && c.srv.Galera) {
-		return
+// gets the server's error as it is, after the record is written. err is a
+// failure of the backend connection only.
+func (c *clientConn) noteError(code uint16) error {
+	if c.fenced == nil || !c.engineConflict(code) {
+		return nil
 	}
 	ft := c.fenced
 	c.fenced = nil
-	c.auditConflict(ft.rt, ft.fence, ft.v, code)
+	return c.auditConflict(ft.rt, ft.fence, ft.v, code)
 }
 
 // auditConflict records a fenced write that did not commit because the
 // engine found a conflict on the lease row.
-func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) {
+func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) error {
 	detail := "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
 		"write: a row it locked (the lease row, or another) was committed by another transaction after it began"
 	if v.table == "" && len(f.Targets) > 0 {
@@ -72,10 +80,55 @@ func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, cod
 		detail = "Galera answered error 1213 in the transaction of this fenced write: certification ordered a " +
 			"takeover or another write of the lease row first, and the transaction was rolled back"
 	}
+	if v.lease == "" || v.presentedOwner == "" && v.presentedToken == nil {
+		// The guard that passed (an UPDATE on Galera) said nothing of the
+		// fence context, and the lease may come from the session's
+		// variable.
+		if err := c.readPresented(rt, f, &v); err != nil {
+			return err
+		}
+	}
 	c.writeAudit(audit.Record{
 		Reason: audit.Conflict, Lease: v.lease, Table: v.table,
 		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
 		Digest: f.Digest, Outcome: "error",
 		Detail: detail,
 	}, rt)
+	return nil
+}
+
+// readPresented fills in what the session presents (lease name, owner
+// hash, token) from its fence variables, for the record of a conflict
+// whose guard did not return them. The variables are read when the
+// conflict is seen: the values of the write unless the client set them
+// again in its transaction after that write. The read names no table, so
+// it leaves the ERR the client is about to get in SHOW WARNINGS (measured
+// on MariaDB 10.11); FOUND_ROWS() then says 1. err is a failure of the
+// backend connection only.
+func (c *clientConn) readPresented(rt *runtime, f *rewrite.Fence, v *verdict) error {
+	gs, _, err := c.guardsFor(rt, f)
+	if err != nil || len(gs) == 0 {
+		return nil
+	}
+	rows, err := c.backendQuery(gs[0].VarsSQL)
+	if err != nil {
+		if _, ok := err.(*backendError); ok {
+			return nil
+		}
+		return err
+	}
+	pv, ok := gs[0].ReadVars(toFields(rows))
+	if !ok {
+		return nil
+	}
+	if v.lease == "" {
+		v.lease = pv.Lease
+	}
+	if v.presentedOwner == "" {
+		v.presentedOwner = pv.PresentedOwner
+	}
+	if v.presentedToken == nil {
+		v.presentedToken = pv.PresentedToken
+	}
+	return nil
 }

@@ -115,6 +115,12 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 				if err := drop(); err != nil {
 					return err
 				}
+				// A conflict here (a brute-force abort on Galera shows at
+				// the next statement) ended an earlier fenced write's
+				// transaction.
+				if err := c.noteError(be.code); err != nil {
+					return err
+				}
 				return c.sendError(be.code, be.state, be.msg)
 			}
 			return err
@@ -149,9 +155,14 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		if wrap {
 			end = rollbackOwn
 		}
+		var endErr *backendError
 		if _, err := c.backendExec(end); err != nil {
-			if _, ok := err.(*backendError); !ok {
+			be, ok := err.(*backendError)
+			if !ok {
 				return err
+			}
+			if !wrap && c.engineConflict(be.code) {
+				endErr = be
 			}
 		}
 		if err := drop(); err != nil {
@@ -159,6 +170,17 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		}
 		if gerr != nil {
 			return c.guardError(rt, f, gerr, ts)
+		}
+		if endErr != nil {
+			// The client's transaction was rolled back under the rejected
+			// write (on Galera a brute-force abort shows at the next
+			// statement): it must hear so, not "0 rows" in a transaction
+			// that is gone.
+			c.auditStale(rt, f, v, "error")
+			if err := c.noteError(endErr.code); err != nil {
+				return err
+			}
+			return c.sendError(endErr.code, endErr.state, endErr.msg)
 		}
 		return c.rejectGuarded(rt, f, v)
 	}
@@ -196,7 +218,9 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		// place of the write's success (after its rows, for RETURNING).
 		c.held = nil
 		c.statusStale = true
-		c.noteError(be.code)
+		if err := c.noteError(be.code); err != nil {
+			return err
+		}
 		return c.sendError(be.code, be.state, be.msg)
 	}
 	if c.held == nil {
@@ -316,11 +340,14 @@ func (c *clientConn) guardError(rt *runtime, f *rewrite.Fence, be *backendError,
 	case be.code == mysql.ER_BAD_FIELD_ERROR && strings.Contains(msg, lease.WriteCounter):
 		msg = "fenceproxy: the lease table for " + ts[0].Schema + "." + ts[0].Table + " has no " + lease.WriteCounter +
 			" column, which fenced writes on MariaDB Galera bump (run fenceproxy init to add it): " + msg
-	case be.code == erConflict && c.srv.Galera:
-		// The guard itself lost certification: its transaction is rolled
-		// back, this write and any earlier one in it.
+	case c.engineConflict(be.code):
+		// The guard itself (or the read after it) lost certification, or
+		// TiDB found a write conflict: its transaction is rolled back,
+		// this write and any earlier one in it.
 		c.fenced = nil
-		c.auditConflict(rt, f, verdict{lease: ts[0].Lease, table: ts[0].Schema + "." + ts[0].Table}, be.code)
+		if err := c.auditConflict(rt, f, verdict{lease: ts[0].Lease, table: ts[0].Schema + "." + ts[0].Table}, be.code); err != nil {
+			return err
+		}
 	}
 	return c.sendError(be.code, be.state, msg)
 }

@@ -135,11 +135,11 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			if hook != nil {
 				hook.result(idx, result{isErr: true, err: parseErr(payload)})
 			}
-			if c.fenced != nil {
-				c.noteError(parseErr(payload).code)
-			}
 			c.lastWasErr = true
 			c.statusStale = true
+			if code := parseErr(payload).code; c.fenced != nil && c.engineConflict(code) {
+				return c.relayConflict(n, code)
+			}
 			_, err := c.relayPacket()
 			return err
 		case mysql.LocalInFile_HEADER:
@@ -170,6 +170,26 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			}
 		}
 	}
+}
+
+// relayConflict relays the ERR (payload of n bytes, next from the backend)
+// that ends a watched fenced transaction in a conflict, after its audit
+// record is written: the record may need a query of the proxy's own, so
+// the ERR is taken off the backend first.
+func (c *clientConn) relayConflict(n int, code uint16) error {
+	pkt, err := c.backend.r.Peek(headerLen + n)
+	if err != nil {
+		return c.backend.fail(err)
+	}
+	seq := pkt[3]
+	p := append([]byte(nil), pkt[headerLen:]...)
+	c.takeBackendPacket(n)
+	if err := c.noteError(code); err != nil {
+		return err
+	}
+	c.respStarted = true
+	_, err = c.client.writePacket(seq+c.seqDelta, p)
+	return err
 }
 
 // relayResultSet streams a result set whose column-count packet is next:
