@@ -71,8 +71,11 @@ func (t *tracker) okPacket(idx int, payload []byte, ok okPacket, final bool) ([]
 	if st == nil {
 		return t.patchMore(payload, ok, final), false
 	}
-	if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && ok.affectedRows == 0 && final && t.single &&
-		t.rt.policy.OnStale == onStaleError {
+	// A lone fenced write's 0-row OK waits for the lease check: it becomes
+	// ERR 1644 under on_stale: error, and the check's own failure (a
+	// deadlock that rolled the transaction back) must reach the client in
+	// its place.
+	if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && ok.affectedRows == 0 && final && t.single {
 		t.held = &pendingCheck{fence: f, pos: t.pos}
 		return nil, true
 	}
@@ -194,13 +197,25 @@ func (t *tracker) finish() error {
 	c := t.c
 	if t.held != nil {
 		v, err := c.classify(t.rt, t.held.fence, true)
+		if be, ok := err.(*backendError); ok && be.code == erConflict {
+			// The check's locking read was chosen as a deadlock's victim:
+			// the transaction, this write with it, was rolled back.
+			c.held = nil
+			if err := c.auditConflict(t.rt, t.held.fence, verdict{}, be.code); err != nil {
+				return err
+			}
+			return c.sendError(be.code, be.state, be.msg)
+		}
 		if err != nil {
 			return err
 		}
-		if v.rejected() {
+		switch {
+		case v.rejected() && t.rt.policy.OnStale == onStaleError:
 			c.auditStale(t.rt, t.held.fence, v, "error")
 			c.held = nil
 			return c.sendError(erSignal, "45000", v.message(t.held.fence))
+		case v.rejected():
+			c.auditStale(t.rt, t.held.fence, v, "zero_rows")
 		}
 		if err := c.writeHeld(); err != nil {
 			return err
@@ -327,6 +342,11 @@ func (c *clientConn) classify(rt *runtime, f *rewrite.Fence, locking bool) (verd
 		v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease}
 		rows, err := c.backendQuery(sql)
 		if err != nil {
+			if be, ok := err.(*backendError); ok && locking && be.code == erConflict {
+				// A deadlock rolled the transaction back: that is no
+				// verdict on the lease.
+				return v, err
+			}
 			if _, ok := err.(*backendError); ok {
 				// The lease table is unreadable: the write cannot have
 				// passed its fence either.
