@@ -272,7 +272,9 @@ statement after it is never sent.`,
 }, {
 	name: "galera_conflict_at_commit",
 	about: `On Galera the guard bumps the lease row's write counter (1 row: the lease holds). The proxy's
-COMMIT loses certification (1213): the client gets the 1213, and one audit record says conflict.`,
+COMMIT loses certification (1213): the proxy reads the session's fence variables (the guard, an
+UPDATE, said nothing of them) for the record, the client gets the 1213, and one audit record says
+conflict, with the lease name from @fence_lease.`,
 	backend: "engine: galera",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
@@ -286,6 +288,8 @@ COMMIT loses certification (1213): the client gets the 1213, and one audit recor
 		c.backendGets()
 		c.respond(okPkt(1, 0, stInTrans, 0, rowsMatched("1")))
 		c.respond(errPkt(1213, "40001", "Deadlock found when trying to get lock; try restarting transaction"))
+		c.backendGets()
+		c.respond(c.resultSet(stAuto, strCols("missing", "lease", "owner", "token"), []string{"0", "job", ownerHash, "1"})...)
 		c.response()
 		h.audit()
 	},
