@@ -54,14 +54,29 @@ func TestCacheKeyedBySession(t *testing.T) {
 	}
 }
 
-func TestCacheCopiesTheText(t *testing.T) {
+// TestCacheKeepsItsOwnCopyOfTheText: the proxy decides on statement text
+// in its read buffer and reuses the buffer for the next packet, so the
+// cache must key on a copy. After the caller's buffer changed, the old
+// text is still served from the cache (the same decision, its SQL shared),
+// and the buffer's new text gets its own decision. A cache that kept the
+// caller's bytes as its key would miss the old text and answer nothing
+// sensible for the new one.
+func TestCacheKeepsItsOwnCopyOfTheText(t *testing.T) {
 	e := New(testPolicy(t), Options{})
-	buf := []byte("UPDATE invoices SET paid = 1")
+	const update = "UPDATE invoices SET paid = 1 WHERE id = 1"
+	buf := []byte(update)
 	d1 := e.Query(buf, maria, appSession())
-	copy(buf, "DELETE  invoices SET paid = 1")
-	d2 := e.Query([]byte("UPDATE invoices SET paid = 1"), maria, appSession())
-	if string(d1.SQL) != string(d2.SQL) {
-		t.Fatalf("cache entry changed with the caller's buffer:\n%s\n%s", d1.SQL, d2.SQL)
+	if d1.Action != Send || len(d1.SQL) == 0 {
+		t.Fatalf("want a fenced UPDATE, got %v", d1.Action)
+	}
+	buf = buf[:copy(buf, "DELETE FROM invoices WHERE id = 1")]
+	d2 := e.Query([]byte(update), maria, appSession())
+	if len(d2.SQL) == 0 || &d2.SQL[0] != &d1.SQL[0] {
+		t.Fatalf("the cached decision for %q was lost when the caller reused its buffer:\n%s\n%s", update, d1.SQL, d2.SQL)
+	}
+	d3 := e.Query(buf, maria, appSession())
+	if d3.Action != Send || !strings.HasPrefix(string(d3.SQL), "DELETE") {
+		t.Fatalf("the reused buffer's DELETE got %v %q", d3.Action, d3.SQL)
 	}
 }
 
