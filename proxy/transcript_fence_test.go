@@ -400,3 +400,57 @@ lock), and a write a fence would reject is audited with outcome shadow.`,
 }}
 
 func TestTranscriptFencing(t *testing.T) { runTranscripts(t, fenceCases) }
+
+// eofCaps are a client's capabilities without CLIENT_DEPRECATE_EOF
+// (libmariadb's): result sets carry EOF packets.
+const eofCaps = goDriverCaps &^ mysql.CLIENT_DEPRECATE_EOF
+
+var eofCases = []transcriptCase{{
+	name: "held_eof_insert_returning",
+	about: `A client without CLIENT_DEPRECATE_EOF: column definitions end with an EOF. A guarded INSERT ...
+RETURNING in autocommit answers with a result set; the proxy relays its rows and holds the final
+EOF until its COMMIT succeeded, then sends it without IN_TRANS.`,
+	backend: "engine: mariadb",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app", caps: eofCaps})
+		setFence(c, "1")
+		c.query("INSERT INTO invoices (v) VALUES (7) RETURNING id")
+		guardRound(c, true, guardHolds)
+		c.backendGets()
+		c.backendGets()
+		c.respond(c.resultSet(stInTrans, []col{{"id", mysql.MYSQL_TYPE_LONG}}, []string{"5"})...)
+		c.respond(okPkt(0, 0, stAuto, 0, ""))
+		c.response()
+		h.note("KNOWN DIFFERENCE: MariaDB 10.11 itself (measured, mysql client, autocommit) sends this statement's metadata EOF\n" +
+			"# as fe 00 00 02 00 (AUTOCOMMIT only); through the proxy it carries IN_TRANS from the proxy's own\n" +
+			"# transaction: only the final packet is corrected. Fix the proxy, then regenerate this file.")
+		h.note("a lease function's result set in the same protocol")
+		c.query("SELECT fence_status()")
+		c.backendGets()
+		c.respond(c.resultSet(stAuto, strCols("HEX(@fence_lease)", "HEX(@fence_owner)", "CAST(@fence_token AS CHAR)"),
+			[]string{null, null, null})...)
+		c.response()
+	},
+}, {
+	name: "one_by_one_eof_protocol",
+	about: `One-by-one execution for a client without CLIENT_DEPRECATE_EOF: the proxy marks the SELECT's final
+EOF with MORE_RESULTS, and a stale guarded INSERT in the middle answers OK 0 rows with
+MORE_RESULTS (on_stale: zero_rows), then the packet goes on.`,
+	backend: "engine: mariadb",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app", caps: eofCaps})
+		setFence(c, "1")
+		c.query("SELECT 1; INSERT INTO invoices (v) VALUES (1); SELECT 2")
+		c.backendGets()
+		c.respond(c.resultSet(stAuto, []col{{"1", mysql.MYSQL_TYPE_LONGLONG}}, []string{"1"})...)
+		guardRound(c, true, guardStale)
+		c.backendGets()
+		c.respond(okPkt(0, 0, stAuto, 0, ""))
+		c.backendGets()
+		c.respond(c.resultSet(stAuto, []col{{"2", mysql.MYSQL_TYPE_LONGLONG}}, []string{"2"})...)
+		c.response()
+		h.audit()
+	},
+}}
+
+func TestTranscriptEOFProtocol(t *testing.T) { runTranscripts(t, eofCases) }
