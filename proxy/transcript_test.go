@@ -492,6 +492,25 @@ func (c *hconn) response() {
 	}
 }
 
+// clientGetsNothingYet checks, as far as a short wait can, that the proxy
+// has sent the client nothing more at this point of the script. It cannot
+// prove absence: on a slow machine it may pass where the proxy would have
+// sent something a moment later, but it never fails a proxy that behaves.
+func (c *hconn) clientGetsNothingYet(why string) {
+	c.h.t.Helper()
+	c.client.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err := c.cr.Peek(1)
+	c.client.SetReadDeadline(time.Time{})
+	if err == nil {
+		c.h.line(c, "P->C sent something early, but "+why)
+		return
+	}
+	if !isTimeout(err) {
+		c.h.fail("client connection: %v", err)
+	}
+	c.h.line(c, "P->C nothing yet: "+why)
+}
+
 // clientClosed reads what else the proxy sends the client, until it closes
 // the connection: anything before the end is in the transcript too.
 func (c *hconn) clientClosed() {
