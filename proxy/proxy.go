@@ -59,6 +59,10 @@ type Proxy struct {
 	backendMode string
 	clientTLS   *tls.Config // nil: TLS not offered to clients
 
+	// noWsrepVar: the backend answered SELECT @@wsrep_on with ERR 1193
+	// (no such variable); learnEngine asks with SHOW VARIABLES from then on.
+	noWsrepVar atomic.Bool
+
 	rsaOnce sync.Once
 	rsaKey  *rsa.PrivateKey
 	rsaErr  error
