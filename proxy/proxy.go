@@ -240,6 +240,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 	if p.draining.Load() {
 		p.mu.Unlock()
 		nc.Close()
+		c.client.release()
 		return
 	}
 	if limit > 0 && len(p.conns) >= limit {
@@ -251,6 +252,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 		c.client.writePacket(0, initialErrPayload(erConCount, "Too many connections"))
 		c.client.flush()
 		nc.Close()
+		c.client.release()
 		return
 	}
 	p.conns[c] = struct{}{}
@@ -266,6 +268,12 @@ func (p *Proxy) startConn(nc net.Conn) {
 			p.mu.Unlock()
 		}()
 		c.serve(rt)
+		// serve has closed both sides and ended every goroutine of the
+		// connection: its buffers can serve another one.
+		c.client.release()
+		if c.backend != nil {
+			c.backend.release()
+		}
 	}()
 }
 
