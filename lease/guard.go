@@ -94,41 +94,34 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 	if err := ValidateTable(spec.Schema + "." + spec.Table); err != nil {
 		return Guard{}, err
 	}
-	lease := userVar(spec.Vars.Lease)
-	missing := userVar(spec.Vars.Owner) + " IS NULL OR " + userVar(spec.Vars.Token) + " IS NULL"
 	if spec.Lease != "" {
 		if err := ValidateName(spec.Lease); err != nil {
 			return Guard{}, err
 		}
-		lease = nameLit(spec.Lease)
-	} else {
-		missing += " OR " + lease + " IS NULL"
 	}
-	owner, token := userVar(spec.Vars.Owner), userVar(spec.Vars.Token)
-	presented := "CAST(" + lease + " AS CHAR), LEFT(SHA2(" + owner + ", 256), 16), CAST(" + token + " AS CHAR)"
+	r := ref(spec, nameLit)
 	lock := " LOCK IN SHARE MODE"
 	if e == TiDB {
 		lock = " FOR UPDATE"
 	}
-	from := " FROM `" + spec.Schema + "`.`" + spec.Table + "` AS fence_l WHERE fence_l.lease_name = " + lease
 	var b strings.Builder
 	b.WriteString("SELECT ")
-	b.WriteString(missing)
-	b.WriteString(", fence_l.fence_token = " + token)
-	b.WriteString(", fence_l.owner_token = " + owner)
+	b.WriteString(r.missing)
+	b.WriteString(", fence_l.fence_token = " + r.token)
+	b.WriteString(", fence_l.owner_token = " + r.owner)
 	b.WriteString(", fence_l.leased_until > SYSDATE(3), fence_l.fence_token, ")
-	b.WriteString(presented)
-	b.WriteString(from)
+	b.WriteString(r.presented())
+	b.WriteString(" FROM " + r.from + " WHERE fence_l.lease_name = " + r.lease)
 	b.WriteString(lock)
 	g := Guard{
 		SQL:     b.String(),
 		Kind:    GuardRow,
-		VarsSQL: "SELECT " + missing + ", " + presented,
+		VarsSQL: "SELECT " + r.missing + ", " + r.presented(),
 	}
 	if e == Galera {
 		g.Classify, g.Kind = g.SQL, GuardAffected
-		g.SQL = "UPDATE `" + spec.Schema + "`.`" + spec.Table + "` AS fence_l SET fence_l." + WriteCounter + " = fence_l." + WriteCounter +
-			" + 1 WHERE fence_l.lease_name = " + lease + " AND fence_l.owner_token = " + owner + " AND fence_l.fence_token = " + token +
+		g.SQL = "UPDATE " + r.from + " SET fence_l." + WriteCounter + " = fence_l." + WriteCounter +
+			" + 1 WHERE fence_l.lease_name = " + r.lease + " AND fence_l.owner_token = " + r.owner + " AND fence_l.fence_token = " + r.token +
 			" AND fence_l.leased_until > SYSDATE(3)"
 	}
 	return g, nil
@@ -167,8 +160,8 @@ const (
 	LeaseMissing  Reason = "lease_missing"
 )
 
-// GuardVerdict is what a guard found.
-type GuardVerdict struct {
+// Verdict is what a guard or the verdict query found.
+type Verdict struct {
 	Reason         Reason
 	Lease          string // "" when the session's lease variable is NULL
 	PresentedOwner string // short hash
@@ -180,12 +173,12 @@ type GuardVerdict struct {
 }
 
 // Read turns a GuardRow guard's rows into its verdict.
-func (g Guard) Read(rows [][]Field) (GuardVerdict, bool) {
+func (g Guard) Read(rows [][]Field) (Verdict, bool) {
 	if len(rows) == 0 {
-		return GuardVerdict{Reason: LeaseMissing, NeedVars: true}, true
+		return Verdict{Reason: LeaseMissing, NeedVars: true}, true
 	}
 	if len(rows) != 1 || len(rows[0]) != len(GuardColumns) {
-		return GuardVerdict{}, false
+		return Verdict{}, false
 	}
 	r := rows[0]
 	v := presentedOf(r[5], r[6], r[7])
@@ -209,9 +202,9 @@ func (g Guard) Read(rows [][]Field) (GuardVerdict, bool) {
 
 // ReadVars completes the verdict of a guard that found no lease row from
 // the row of VarsSQL.
-func (g Guard) ReadVars(rows [][]Field) (GuardVerdict, bool) {
+func (g Guard) ReadVars(rows [][]Field) (Verdict, bool) {
 	if len(rows) != 1 || len(rows[0]) != 4 {
-		return GuardVerdict{}, false
+		return Verdict{}, false
 	}
 	r := rows[0]
 	v := presentedOf(r[1], r[2], r[3])
@@ -222,8 +215,8 @@ func (g Guard) ReadVars(rows [][]Field) (GuardVerdict, bool) {
 	return v, true
 }
 
-func presentedOf(lease, owner, token Field) GuardVerdict {
-	var v GuardVerdict
+func presentedOf(lease, owner, token Field) Verdict {
+	var v Verdict
 	if !lease.Null {
 		v.Lease = lease.S
 	}

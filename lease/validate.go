@@ -144,6 +144,11 @@ func OwnerHash(owner string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// ownerHashSQL is OwnerHash computed by the database, of the owner token
+// expr evaluates to: what the guards and the verdict query read back for
+// audit records, so that the secret never leaves the database.
+func ownerHashSQL(expr string) string { return "LEFT(SHA2(" + expr + ", 256), 16)" }
+
 // ParseTTLSeconds parses a time to live written in seconds, as the SQL lease
 // functions take it: digits with an optional fraction of up to 6 digits
 // ("30", "1.5", "0.250", "90.000001"); no sign, no exponent. The result is

@@ -9,6 +9,8 @@ package policy
 import (
 	"strings"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/lease"
 )
 
 // Config is one parsed and validated configuration file.
@@ -233,8 +235,5 @@ func (p *Policy) Lookup(schema, table string) (*Table, bool) {
 
 // LeaseTableFor returns the lease table to read for a protected table in schema.
 func (p *Policy) LeaseTableFor(schema string) (string, string) {
-	if i := strings.IndexByte(p.LeaseTable, '.'); i >= 0 {
-		return p.LeaseTable[:i], p.LeaseTable[i+1:]
-	}
-	return schema, p.LeaseTable
+	return lease.TableFor(p.LeaseTable, schema)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -334,91 +335,53 @@ func tokenString(t *uint64) string {
 func (c *clientConn) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		sql := classifySQL(rt.policy, c.srv, tg, locking)
+		sql := lease.VerdictSQL(leaseSpec(rt.policy, tg), c.guardEngine(), locking)
 		if seen[sql] {
 			continue
 		}
 		seen[sql] = true
-		v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease}
 		rows, err := c.backendQuery(sql)
 		if err != nil {
 			if be, ok := err.(*backendError); ok && locking && be.code == erConflict {
 				// A deadlock rolled the transaction back: that is no
 				// verdict on the lease.
-				return v, err
+				return verdict{}, err
 			}
 			if _, ok := err.(*backendError); ok {
 				// The lease table is unreadable: the write cannot have
 				// passed its fence either.
+				v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease, reason: audit.LeaseMissing}
 				c.log.Warn("lease check failed", "table", v.table, "err", err)
-				v.reason = audit.LeaseMissing
 				return v, nil
 			}
-			return v, err
+			return verdict{}, err
 		}
-		if len(rows) != 1 || len(rows[0]) != 5 {
-			return v, c.backend.fail(malformed("lease check returned %d rows", len(rows)))
+		lv, valid := lease.ReadVerdict(toFields(rows))
+		if !valid {
+			return verdict{}, c.backend.fail(malformed("lease check returned %d rows", len(rows)))
 		}
-		row := rows[0]
-		if !row[1].null {
-			v.lease = row[1].s
-		}
-		v.presentedOwner = row[2].s
-		if tok, err := strconv.ParseUint(row[3].s, 10, 64); err == nil && !row[3].null {
-			v.presentedToken = &tok
-		}
-		switch {
-		case row[0].s == "1":
-			v.reason = audit.NoFence
-		case row[4].null:
-			v.reason = audit.LeaseMissing
-		default:
-			parts := strings.Split(row[4].s, ",")
-			if len(parts) != 3 {
-				return v, c.backend.fail(malformed("lease check row"))
-			}
-			if cur, err := strconv.ParseUint(parts[0], 10, 64); err == nil {
-				v.currentToken = &cur
-			}
-			switch {
-			case v.presentedToken == nil || v.currentToken == nil || *v.presentedToken != *v.currentToken:
-				v.reason = audit.StaleToken
-			case parts[1] != "1":
-				v.reason = audit.OwnerMismatch
-			case parts[2] != "1":
-				v.reason = audit.Expired
-			}
-		}
-		if v.rejected() {
+		if v := verdictOf(lv, tg); v.rejected() {
 			return v, nil
 		}
 	}
 	return verdict{}, nil
 }
 
-// classifySQL reads the session's fence context and the lease row. Names
-// were validated by policy; backquotes work under every sql_mode, and the
-// fixed lease name needs no escaping.
-func classifySQL(pol *policy.Policy, srv rewrite.Server, tg rewrite.Target, locking bool) string {
+// leaseSpec is the lease check of a protected write's target.
+func leaseSpec(pol *policy.Policy, tg rewrite.Target) lease.GuardSpec {
 	schema, table := pol.LeaseTableFor(tg.Schema)
-	v := pol.Vars
-	lease := "@" + v.Lease
-	missing := "@" + v.Owner + " IS NULL OR @" + v.Token + " IS NULL"
-	if tg.Lease != "" {
-		lease = "'" + tg.Lease + "'"
-	} else {
-		missing += " OR @" + v.Lease + " IS NULL"
+	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol)}
+}
+
+// verdictOf is the proxy's verdict for target tg from what the lease
+// package read.
+func verdictOf(lv lease.Verdict, tg rewrite.Target) verdict {
+	v := verdict{reason: string(lv.Reason), lease: tg.Lease, table: tg.Schema + "." + tg.Table,
+		presentedOwner: lv.PresentedOwner, presentedToken: lv.PresentedToken, currentToken: lv.CurrentToken}
+	if tg.Lease == "" {
+		v.lease = lv.Lease
 	}
-	lock := ""
-	if locking && srv.Flavor != rewrite.TiDB {
-		lock = " LOCK IN SHARE MODE"
-	}
-	// The alias is the fence's: under LOCK TABLES the lease table is locked
-	// under that name only.
-	return "SELECT " + missing + ", CAST(" + lease + " AS CHAR), LEFT(SHA2(@" + v.Owner + ", 256), 16), CAST(@" + v.Token +
-		" AS CHAR), (SELECT CONCAT_WS(',', fence_l.fence_token, fence_l.owner_token = @" + v.Owner +
-		", fence_l.leased_until > SYSDATE(3)) FROM `" + schema + "`.`" + table + "` AS fence_l WHERE fence_l.lease_name = " +
-		lease + lock + ")"
+	return v
 }
 
 // auditStale records a rejected (or, in shadow mode, would-be rejected)

@@ -82,11 +82,8 @@ func (c *clientConn) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []
 	var gs []lease.Guard
 	var ts []rewrite.Target
 	seen := map[string]bool{}
-	v := rt.policy.Vars
 	for _, tg := range f.Targets {
-		schema, table := rt.policy.LeaseTableFor(tg.Schema)
-		g, err := lease.GuardFor(c.guardEngine(), lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease,
-			Vars: lease.Vars{Lease: v.Lease, Owner: v.Owner, Token: v.Token}})
+		g, err := lease.GuardFor(c.guardEngine(), leaseSpec(rt.policy, tg))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -295,12 +292,7 @@ func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool)
 		if !valid {
 			return v, nil, c.backend.fail(malformed("lease guard returned %d rows", len(rows)))
 		}
-		tg := ts[i]
-		v = verdict{reason: string(gv.Reason), lease: tg.Lease, table: tg.Schema + "." + tg.Table,
-			presentedOwner: gv.PresentedOwner, presentedToken: gv.PresentedToken, currentToken: gv.CurrentToken}
-		if tg.Lease == "" {
-			v.lease = gv.Lease
-		}
+		v = verdictOf(gv, ts[i])
 		if g.Kind == lease.GuardAffected && !v.rejected() {
 			// The row changed between the guard and its reading; the guard
 			// decides, and a token can only have moved on.

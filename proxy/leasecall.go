@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -271,14 +271,12 @@ func (c *clientConn) leaseError(name string, err error) error {
 // leaseTable is where this session's leases live: fencing.lease_table,
 // qualified with the current schema when it is not qualified itself.
 func (c *clientConn) leaseTable(rt *runtime) (string, error) {
-	if strings.Contains(rt.policy.LeaseTable, ".") {
-		return rt.policy.LeaseTable, nil
-	}
-	if c.sess.Schema == "" {
+	if c.sess.Schema == "" && !strings.Contains(rt.policy.LeaseTable, ".") {
 		return "", errors.New("no database selected: USE the schema of your protected tables (the lease table " +
 			rt.policy.LeaseTable + " lives there), or qualify fencing.lease_table")
 	}
-	return c.sess.Schema + "." + rt.policy.LeaseTable, nil
+	schema, table := rt.policy.LeaseTableFor(c.sess.Schema)
+	return schema + "." + table, nil
 }
 
 // leaseConn is where lease changes run: the proxy's own account when it
@@ -297,34 +295,25 @@ func (c *clientConn) leaseConn(ctx context.Context, f rewrite.LeaseFunc) (lease.
 
 // sessionLease reads the session's fence context from its variables.
 func (c *clientConn) sessionLease(rt *runtime) (lease.Lease, bool, error) {
-	v := rt.policy.Vars
-	rows, err := c.backendQuery("SELECT HEX(@" + v.Lease + "), HEX(@" + v.Owner + "), CAST(@" + v.Token + " AS CHAR)")
+	rows, err := c.backendQuery(lease.SessionVarsSQL(leaseVars(rt.policy)))
 	if err != nil {
 		return lease.Lease{}, false, err
 	}
-	if len(rows) != 1 || len(rows[0]) != 3 {
+	l, ok, valid := lease.ReadSessionVars(toFields(rows))
+	if !valid {
 		return lease.Lease{}, false, errors.New("reading the fence variables: unexpected result")
 	}
-	r := rows[0]
-	if r[0].null || r[1].null || r[2].null {
-		return lease.Lease{}, false, nil
-	}
-	name, err1 := hex.DecodeString(r[0].s)
-	owner, err2 := hex.DecodeString(r[1].s)
-	token, err3 := strconv.ParseUint(r[2].s, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return lease.Lease{}, false, nil
-	}
-	return lease.Lease{Name: string(name), Owner: string(owner), Token: token}, true, nil
+	return l, ok, nil
 }
 
 // setFenceVars sets the session's fence variables to a lease just acquired.
 func (c *clientConn) setFenceVars(rt *runtime, l lease.Lease) error {
-	v := rt.policy.Vars
-	q := "SET @" + v.Lease + " = _utf8mb4 X'" + hex.EncodeToString([]byte(l.Name)) + "' COLLATE utf8mb4_bin, @" +
-		v.Owner + " = X'" + hex.EncodeToString([]byte(l.Owner)) + "', @" + v.Token + " = " + strconv.FormatUint(l.Token, 10)
-	_, err := c.backendExec(q)
+	_, err := c.backendExec(lease.SetVarsSQL(leaseVars(rt.policy), l))
 	return err
+}
+
+func leaseVars(pol *policy.Policy) lease.Vars {
+	return lease.Vars{Lease: pol.Vars.Lease, Owner: pol.Vars.Owner, Token: pol.Vars.Token}
 }
 
 // sessionConn runs lease statements in the client's own session.

@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
-
-	"github.com/fenceproxy/fenceproxy/policy"
-	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
 func TestLenEnc(t *testing.T) {
@@ -204,22 +201,6 @@ func TestParseExecuteParams(t *testing.T) {
 	}
 	if _, _, err := parseExecuteParams(p[:20], 4, nil); err == nil {
 		t.Fatal("truncated parameters accepted")
-	}
-}
-
-func TestClassifySQL(t *testing.T) {
-	pol, err := policy.NewPolicy(1, policy.Fencing{}, []policy.Table{{Name: "app.runs", Lease: "admin:runs"}, {Name: "app.invoices"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixed := classifySQL(pol, rewrite.Server{Flavor: rewrite.MariaDB}, rewrite.Target{Schema: "app", Table: "runs", Lease: "admin:runs"}, true)
-	if !strings.Contains(fixed, "l.lease_name = 'admin:runs' LOCK IN SHARE MODE)") || !strings.Contains(fixed, "FROM `app`.`fenced_job_leases`") ||
-		strings.Contains(fixed, "@fence_lease IS NULL") {
-		t.Errorf("fixed lease check: %s", fixed)
-	}
-	dyn := classifySQL(pol, rewrite.Server{Flavor: rewrite.TiDB}, rewrite.Target{Schema: "app", Table: "invoices"}, true)
-	if !strings.Contains(dyn, "l.lease_name = @fence_lease)") || !strings.Contains(dyn, "@fence_lease IS NULL") {
-		t.Errorf("session lease check on TiDB (no share lock): %s", dyn)
 	}
 }
 

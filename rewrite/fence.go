@@ -3,28 +3,14 @@ package rewrite
 import (
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 )
 
-// The fence is one condition per lease and lease table:
-//
-//	EXISTS (SELECT 1 FROM `schema`.`lease_table` AS fence_l
-//	        WHERE fence_l.lease_name = @fence_lease
-//	          AND fence_l.owner_token = @fence_owner
-//	          AND fence_l.fence_token = @fence_token
-//	          AND fence_l.leased_until > SYSDATE(3)
-//	        LOCK IN SHARE MODE)
-//
-// LOCK IN SHARE MODE makes the check and the write one atomic step at every
-// isolation level (a takeover waits for the writer's commit, or the writer
-// sees the new token); SYSDATE(3) is the one clock no session setting moves.
-// TiDB ignores share locks, so there the lease row would be read FOR
-// UPDATE; but no TiDB write is fenced in its text: every one is guarded
-// (see writeStmt), because measured on a real tidb-server a FOR UPDATE read
+// The fence is one condition per lease and lease table, lease.WriteFence's.
+// No TiDB write is fenced in its text: every one is guarded (see
+// writeStmt), because measured on a real tidb-server a FOR UPDATE read
 // inside the statement does not lock in an autocommit statement.
-// The text is ASCII, has no '?', no comment, and reads the same under every
-// sql_mode: backquoted names, a plain single-quoted fixed lease name (the
-// policy restricts those to printable ASCII without quotes or backslashes).
 
 // fenceKey identifies one fence condition.
 type fenceKey struct {
@@ -68,44 +54,17 @@ func (e *Engine) fenceSQL(keys []fenceKey, flavor Flavor) string {
 
 func (e *Engine) writeFence(b *strings.Builder, k fenceKey, flavor Flavor) {
 	v := e.pol.Vars
-	b.WriteString("EXISTS (SELECT 1 FROM ")
-	b.WriteString(quoteIdent(k.schema))
-	b.WriteByte('.')
-	b.WriteString(quoteIdent(k.table))
-	b.WriteString(" AS fence_l WHERE fence_l.lease_name = ")
-	if k.lease != "" {
-		b.WriteByte('\'')
-		b.WriteString(k.lease)
-		b.WriteByte('\'')
-	} else {
-		b.WriteString(userVar(v.Lease))
-	}
-	b.WriteString(" AND fence_l.owner_token = ")
-	b.WriteString(userVar(v.Owner))
-	b.WriteString(" AND fence_l.fence_token = ")
-	b.WriteString(userVar(v.Token))
-	b.WriteString(" AND fence_l.leased_until > SYSDATE(3)")
+	eng := lease.InnoDB
 	if flavor == TiDB {
-		b.WriteString(" FOR UPDATE)")
-	} else {
-		b.WriteString(" LOCK IN SHARE MODE)")
+		eng = lease.TiDB
 	}
+	lease.WriteFence(b, lease.GuardSpec{Schema: k.schema, Table: k.table, Lease: k.lease,
+		Vars: lease.Vars{Lease: v.Lease, Owner: v.Owner, Token: v.Token}}, eng)
 }
 
 // quoteIdent backquotes a name, doubling backquotes.
 func quoteIdent(s string) string {
 	return "`" + strings.ReplaceAll(s, "`", "``") + "`"
-}
-
-// userVar writes @name, backquoted unless it is a plain name.
-func userVar(name string) string {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
-			return "@" + quoteIdent(name)
-		}
-	}
-	return "@" + name
 }
 
 // safeLease reports whether a fixed lease name can be inlined as a plain

@@ -3,8 +3,10 @@ package rewrite
 import (
 	"strings"
 
-	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/pingcap/tidb/pkg/parser/ast"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
 )
 
 // Lease rows are locked only by fenced writes (a share lock, until commit)
@@ -214,7 +216,7 @@ func (in *stmtIn) lockTablesStmt() stmtRes {
 			prot = p
 			leases = append(leases, e.fenceKeys([]Target{target(p)})...)
 		}
-		if strings.EqualFold(alias, "fence_l") {
+		if strings.EqualFold(alias, lease.FenceAlias) {
 			aliased = true
 		}
 		if in.op(i, ",") {
@@ -251,7 +253,7 @@ func (in *stmtIn) lockTablesStmt() stmtRes {
 		b.WriteString(quoteIdent(k.schema))
 		b.WriteByte('.')
 		b.WriteString(quoteIdent(k.table))
-		b.WriteString(" AS fence_l READ")
+		b.WriteString(" AS " + lease.FenceAlias + " READ")
 	}
 	res.edits = []edit{{pos: in.toks[last].end, end: in.toks[last].end, text: b.String()}}
 	return res
