@@ -283,11 +283,12 @@ func TestTiDBProxyRace(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 		if w == 0 {
-			// TiDB accepts LOCK TABLES as a no-op (warning 1235), and the
-			// proxy then believes tables are locked: its autocommit writes
-			// must still be wrapped in a transaction with their guard.
+			// TiDB accepts LOCK TABLES as a no-op (warning 1235), also of
+			// the protected table, and the proxy then believes tables are
+			// locked: its autocommit writes must still be wrapped in a
+			// transaction with their guard.
 			mustExec(t, p.root, "CREATE TABLE IF NOT EXISTS plain_items LIKE items")
-			mustExec(t, c, "LOCK TABLES plain_items WRITE")
+			mustExec(t, c, "LOCK TABLES items WRITE, plain_items WRITE")
 		}
 		base := int64(w) * 10_000_000
 		wr := &raceWriter{c: c, root: p.root, st: st, shape: shapeProxy, lease: lname,
@@ -436,4 +437,103 @@ func TestTiDBProxyStaleForms(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTiDBProxyLockTables: TiDB accepts LOCK TABLES of a protected table
+// through the proxy as a no-op (warning 1235: enable-table-lock is off),
+// and after it a fenced write still holds: with a valid fence it changes
+// its row, after a takeover it changes nothing and is audited, in
+// autocommit mode (the proxy wraps guard and write in a transaction even
+// though the session "holds" table locks) and in pessimistic and
+// optimistic transactions.
+func TestTiDBProxyLockTables(t *testing.T) {
+	p := newTiDBProxy(t)
+	ctx := context.Background()
+	b := p.conn(t)
+	modes := []struct{ name, begin string }{
+		{"autocommit", ""},
+		{"pessimistic", "BEGIN PESSIMISTIC"},
+		{"optimistic", "BEGIN OPTIMISTIC"},
+	}
+	n := 0
+	for _, kind := range tidbKinds {
+		for _, m := range modes {
+			n++
+			valid, stale := int64(20_000+n*10), int64(20_000+n*10+1)
+			t.Run(kind+"/"+m.name, func(t *testing.T) {
+				lname := fmt.Sprintf("lock-tables-%d", n)
+				p.newLease(t, lname, "owner-A")
+				if kind != "INSERT" {
+					mustExec(t, p.root, "INSERT INTO items (id, v, token) VALUES (?, 0, 0), (?, 0, 0)", valid, stale)
+				}
+				a := p.session(t, lname, "owner-A", 1)
+				mustExec(t, a, "LOCK TABLES items WRITE")
+				if w := warningCodes(t, a); w != "1235" {
+					t.Errorf("warnings after LOCK TABLES: %q, want TiDB's 1235 (LOCK TABLES is not enabled)", w)
+				}
+				write := func(id int64) int64 {
+					t.Helper()
+					if m.begin != "" {
+						mustExec(t, a, m.begin)
+					}
+					got := rowsAffected(mustExec(t, a, clientSQL(kind, id)))
+					if m.begin != "" {
+						mustExec(t, a, "COMMIT")
+					}
+					return got
+				}
+				row := func(id int64) string {
+					t.Helper()
+					return queryString(t, p.root, "SELECT COALESCE((SELECT CONCAT(v, ':', token) FROM items WHERE id = ?), 'none')", id)
+				}
+				if got := write(valid); got != 1 {
+					t.Errorf("valid fenced %s after LOCK TABLES: %d rows, want 1", kind, got)
+				}
+				if _, _, err := takeover(ctx, b, "pessimistic", lname, "owner-B"); err != nil {
+					t.Fatal(err)
+				}
+				before, audits := row(stale), len(p.audits(audit.StaleToken))
+				if got := write(stale); got != 0 {
+					t.Errorf("stale %s after LOCK TABLES: %d rows, want 0", kind, got)
+				}
+				if after := row(stale); after != before {
+					t.Errorf("stale %s after LOCK TABLES changed the row: %s, was %s", kind, after, before)
+				}
+				recs := p.audits(audit.StaleToken)
+				if len(recs) != audits+1 || recs[len(recs)-1].Lease != lname {
+					t.Errorf("stale %s after LOCK TABLES: %d new stale_token records (lease %q), want 1 for %s", kind, len(recs)-audits, lastLease(recs), lname)
+				}
+				mustExec(t, a, "UNLOCK TABLES")
+			})
+		}
+	}
+}
+
+func lastLease(recs []audit.Record) string {
+	if len(recs) == 0 {
+		return ""
+	}
+	return recs[len(recs)-1].Lease
+}
+
+// warningCodes is SHOW WARNINGS' codes, comma-separated.
+func warningCodes(t *testing.T, c *sql.Conn) string {
+	t.Helper()
+	rows, err := c.QueryContext(context.Background(), "SHOW WARNINGS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var codes []string
+	for rows.Next() {
+		var level, code, msg string
+		if err := rows.Scan(&level, &code, &msg); err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, code)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(codes, ",")
 }
