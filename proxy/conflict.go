@@ -76,9 +76,13 @@ func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, cod
 		tg := f.Targets[0]
 		v.table, v.lease = tg.Schema+"."+tg.Table, tg.Lease
 	}
-	if code == erConflict {
+	switch {
+	case code == erConflict && c.srv.Galera:
 		detail = "Galera answered error 1213 in the transaction of this fenced write: certification ordered a " +
 			"takeover or another write of the lease row first, and the transaction was rolled back"
+	case code == erConflict:
+		detail = "the server answered error 1213 (deadlock) to the lease check after this fenced write: " +
+			"the transaction was rolled back"
 	}
 	if v.lease == "" || v.presentedOwner == "" && v.presentedToken == nil {
 		// The guard that passed (an UPDATE on Galera) said nothing of the

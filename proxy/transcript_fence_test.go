@@ -324,8 +324,6 @@ deadlock victim (1213): the transaction is gone, so the client gets the 1213 in 
 		}
 		c.response()
 		h.audit()
-		h.note("KNOWN DIFFERENCE: the record's detail speaks of Galera certification, but this backend is plain\n" +
-			"# MariaDB (backend.engine: mariadb), where 1213 is a deadlock. Fix the detail, then regenerate this file.")
 	},
 }, {
 	name: "galera_guard_rejects",
