@@ -159,6 +159,40 @@ type Closure struct {
 	Hidden []string
 
 	known map[string]bool // Snapshot.Tables
+	// tableKeys, routineKeys: the keys of Tables and Routines, sorted, and
+	// those of them that are not ASCII: the lookups' fallback (SameName).
+	tableKeys, routineKeys, wildTables, wildRoutines []string
+}
+
+// lookupKey finds the key of m that the server may take k for: k itself,
+// else (SameName) any key when k is not ASCII, else a key that is not.
+func lookupKey[V any](m map[string]V, k string, all, wild []string) (V, bool) {
+	if v, ok := m[k]; ok {
+		return v, true
+	}
+	keys := wild
+	if !isASCII(k) {
+		keys = all
+	}
+	for _, x := range keys {
+		if SameName(x, k) {
+			return m[x], true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+func sortedKeys[V any](m map[string]V) (all, wild []string) {
+	for k := range m {
+		all = append(all, k)
+		if !isASCII(k) {
+			wild = append(wild, k)
+		}
+	}
+	sort.Strings(all)
+	sort.Strings(wild)
+	return all, wild
 }
 
 // Known reports whether the snapshot saw the table or view schema.name.
@@ -171,7 +205,8 @@ func (c *Closure) Table(schema, name string) *Fenced {
 	if c == nil {
 		return nil
 	}
-	return c.Tables[key(schema, name)]
+	f, _ := lookupKey(c.Tables, key(schema, name), c.tableKeys, c.wildTables)
+	return f
 }
 
 // Procedure returns the refused procedure schema.name, or nil.
@@ -179,7 +214,8 @@ func (c *Closure) Procedure(schema, name string) *Refused {
 	if c == nil {
 		return nil
 	}
-	return c.Routines["p:"+key(schema, name)]
+	r, _ := lookupKey(c.Routines, "p:"+key(schema, name), c.routineKeys, c.wildRoutines)
+	return r
 }
 
 // Function returns the refused function schema.name, or nil.
@@ -187,7 +223,8 @@ func (c *Closure) Function(schema, name string) *Refused {
 	if c == nil {
 		return nil
 	}
-	return c.Routines["f:"+key(schema, name)]
+	r, _ := lookupKey(c.Routines, "f:"+key(schema, name), c.routineKeys, c.wildRoutines)
+	return r
 }
 
 // Names returns the lower-cased unqualified names of every derived object,
@@ -239,6 +276,9 @@ type closer struct {
 	fks    map[string][]ForeignKey // parent key -> foreign keys into children
 	rtns   map[string]*Routine     // "p:"/"f:" key
 	rfx    map[string]effects
+	rnames map[string]string // see routine
+	rkeys  []string
+	rwild  []string
 
 	full    map[string]*[3]set // what writing a row of the object reaches
 	cascade map[string]*[3]set // what the server's cascades from it reach
@@ -258,6 +298,7 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 		fks:     map[string][]ForeignKey{},
 		rtns:    map[string]*Routine{},
 		rfx:     map[string]effects{},
+		rnames:  map[string]string{},
 		full:    map[string]*[3]set{},
 		cascade: map[string]*[3]set{},
 		reach:   map[string]set{},
@@ -441,6 +482,33 @@ func (c *closer) evalCascade(k string, op int) set {
 	return s
 }
 
+// routine returns the key of the routine a call of k reaches: k itself,
+// or the routine the server may take it for (SameName), or k when none.
+func (c *closer) routine(k string) string {
+	if _, ok := c.rtns[k]; ok {
+		return k
+	}
+	if r, ok := c.rnames[k]; ok {
+		return r
+	}
+	r := k
+	if c.rkeys == nil {
+		c.rkeys, c.rwild = sortedKeys(c.rtns)
+	}
+	keys := c.rwild
+	if !isASCII(k) {
+		keys = c.rkeys
+	}
+	for _, x := range keys {
+		if SameName(x, k) {
+			r = x
+			break
+		}
+	}
+	c.rnames[k] = r
+	return r
+}
+
 func (c *closer) evalEffects(fx effects) set {
 	if fx.dynamic || fx.hidden {
 		return c.all
@@ -454,10 +522,10 @@ func (c *closer) evalEffects(fx effects) set {
 		}
 	}
 	for _, r := range fx.calls {
-		s.addAll(c.reach["p:"+r.key()])
+		s.addAll(c.reach[c.routine("p:"+r.key())])
 	}
 	for _, r := range fx.funcs {
-		s.addAll(c.reach["f:"+r.key()])
+		s.addAll(c.reach[c.routine("f:"+r.key())])
 	}
 	return s
 }
@@ -476,10 +544,10 @@ func (c *closer) flags(fx effects, seen map[string]bool) (dynamic, hidden bool) 
 		hidden = hidden || h
 	}
 	for _, r := range fx.calls {
-		visit("p:" + r.key())
+		visit(c.routine("p:" + r.key()))
 	}
 	for _, r := range fx.funcs {
-		visit("f:" + r.key())
+		visit(c.routine("f:" + r.key()))
 	}
 	return dynamic, hidden
 }
@@ -590,12 +658,14 @@ func (c *closer) result(snap *Snapshot) *Closure {
 			out.Events = append(out.Events, EventReport{Schema: ev.Schema, Name: ev.Name, Table: c.first(s), Dynamic: d, Hidden: h})
 		}
 	}
+	out.routineKeys, out.wildRoutines = sortedKeys(out.Routines)
 	c.readRefusals(out)
 	sort.Slice(out.Events, func(i, j int) bool {
 		return key(out.Events[i].Schema, out.Events[i].Name) < key(out.Events[j].Schema, out.Events[j].Name)
 	})
 	sort.Strings(out.Dynamic)
 	sort.Strings(out.Hidden)
+	out.tableKeys, out.wildTables = sortedKeys(out.Tables)
 	return out
 }
 

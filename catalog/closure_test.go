@@ -122,6 +122,26 @@ func TestClose(t *testing.T) {
 			},
 		},
 		{
+			name: "a trigger and a view call routines by accented spellings the server resolves to them",
+			snap: Snapshot{
+				Triggers: []Trigger{
+					{Schema: "app", Name: "q_ai", Table: "q", Event: OpInsert, Body: "SET @x = app.bÜmp(NEW.id)"},
+					{Schema: "app", Name: "q_ad", Table: "q", Event: OpDelete, Body: "CALL tóuch()"},
+				},
+				Views: []View{{Schema: "app", Name: "vq", Definition: "select `app`.`BUMṔ`(1) AS `x`"}},
+				Routines: []Routine{
+					{Schema: "app", Name: "bump", Function: true, Body: "BEGIN UPDATE jobs SET n = n + 1; RETURN 1; END"},
+					{Schema: "app", Name: "touch", Body: "DELETE FROM ledger"},
+				},
+			},
+			want: []string{
+				"fence app.q (triggers) INSERT: app.jobs[@]; DELETE: app.ledger[billing]",
+				"fence app.vq (view) refuse reading (calls app.bump)",
+				"refuse function app.bump writes app.jobs",
+				"refuse procedure app.touch writes app.ledger",
+			},
+		},
+		{
 			name: "procedure calling procedure, function calling function, from another schema",
 			snap: Snapshot{Routines: []Routine{
 				{Schema: "app", Name: "outer_p", Body: "BEGIN CALL inner_p(); END"},
@@ -278,5 +298,33 @@ func TestClose(t *testing.T) {
 				t.Errorf("closure:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
+	}
+}
+
+func TestSameName(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"bump", "bump", true},
+		{"bump", "BUMP", true},
+		{"bump", "bÜmp", true},
+		{"bümp", "bump", true},
+		{"bump", "bumṕ", true},
+		{"bump", "bump\u0301", false}, // a combining accent is a letter of its own (measured: another name)
+		{"slow", "ſlow", true},
+		{"bump", "bumx", false},
+		{"bump", "bum", false},
+		{"b_mp", "b-mp", false},
+		{"app.v", "app.V", true},
+		{"app.v", "apq.v", false},
+		{"r\xffs", "rés", true}, // a byte that is not UTF-8 counts as one letter
+	} {
+		if got := SameName(c.a, c.b); got != c.want {
+			t.Errorf("SameName(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+		if got := SameName(c.b, c.a); got != c.want {
+			t.Errorf("SameName(%q, %q) = %v, want %v", c.b, c.a, got, c.want)
+		}
 	}
 }
