@@ -1,118 +1,202 @@
 package rewrite
 
-// pairMatcher is matcher for the catalog's names, which may be hundreds:
-// trying every needle that starts with a statement's byte (what matcher
-// does) would cost microseconds per statement. A bit per folded two-byte
-// prefix rules out nearly every position first; only where some needle
-// starts with that pair are its needles compared. Folding is matcher's
-// (foldAt, matchFoldAt): the same text matches the same needles.
-type pairMatcher struct {
-	any    bool
-	start  [256]bool // bytes that may begin a needle (either case, fold lead bytes)
-	single [256]bool // one-byte needles
-	pairs  [256 * 256 / 64]uint64
-	// triples: a bit per hash of the first three folded bytes of needles
-	// that long, so that many names sharing two letters ("order_items",
-	// "order_lines") are not all compared where only the two match.
-	triples [1 << 16 / 64]uint64
-	byPair  map[uint16][][]byte
+// nameSet holds the catalog's names for the fast path, which checks the
+// identifiers the lexer reads (it lexes every statement anyway) instead of
+// searching the raw text for each of possibly hundreds of names: one hash
+// and one probe per identifier, whatever the catalog's size. Comments and
+// strings hold no names the server resolves, and the lexer is the one the
+// fast path already trusts with statement boundaries.
+//
+// Folding: ASCII case only. An identifier with a byte >= 0x80 never takes
+// the fast path while the set is not empty: the server compares routine
+// names accent-insensitively (mysql.proc.name is utf8mb3_general_ci:
+// measured on MariaDB 10.11, SELECT bÜmp() calls bump), and table names
+// under lower_case_table_names=1 with Unicode lower-casing; the slow path
+// compares such names rune by rune (catalog.SameName). Catalog names with
+// such bytes are kept apart (wild) and compared the same way.
+type nameSet struct {
+	any   bool
+	mask  uint64
+	slots []nameSlot
+	wild  []string // names with a byte >= 0x80
+	// lens: bit n set when some name is n bytes long (n < 64; bit 63
+	// stands for every longer name): most identifiers are rejected
+	// before they are hashed.
+	lens uint64
 }
 
-func tripleHash(a, b, c byte) uint16 {
-	return uint16(a)*31*31 + uint16(b)*31 + uint16(c)
+type nameSlot struct {
+	hash uint64
+	name string // "" = empty slot
 }
 
-func newPairMatcher(words []string) *pairMatcher {
-	m := &pairMatcher{byPair: map[uint16][][]byte{}}
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func lenBit(n int) uint64 {
+	if n > 63 {
+		n = 63
+	}
+	return 1 << uint(n)
+}
+
+func newNameSet(words []string) *nameSet {
+	s := &nameSet{}
 	seen := map[string]bool{}
+	var ascii []string
 	for _, w := range words {
-		w = foldName(w)
+		w = lowerASCII(w)
 		if w == "" || seen[w] {
 			continue
 		}
 		seen[w] = true
-		m.any = true
-		m.start[w[0]] = true
-		if c := w[0]; c >= 'a' && c <= 'z' {
-			m.start[c-'a'+'A'] = true
-		}
-		switch w[0] {
-		case 'i':
-			m.start[0xC4], m.start[0xDD], m.start[0xFD] = true, true, true
-		case 's':
-			m.start[0xC5] = true
-		case 'k':
-			m.start[0xE2] = true
-		}
-		if len(w) == 1 {
-			m.single[w[0]] = true
+		s.any = true
+		if !isASCII(w) {
+			s.wild = append(s.wild, w)
 			continue
 		}
-		k := uint16(w[0])<<8 | uint16(w[1])
-		m.pairs[k/64] |= 1 << (k % 64)
-		if len(w) == 2 {
-			// A two-byte needle matches whatever follows: every triple.
-			for c := 0; c < 256; c++ {
-				h := tripleHash(w[0], w[1], byte(c))
-				m.triples[h/64] |= 1 << (h % 64)
-			}
-		} else {
-			h := tripleHash(w[0], w[1], w[2])
-			m.triples[h/64] |= 1 << (h % 64)
-		}
-		m.byPair[k] = append(m.byPair[k], []byte(w))
+		ascii = append(ascii, w)
+		s.lens |= lenBit(len(w))
 	}
-	return m
+	n := 8
+	for n < 2*len(ascii) {
+		n *= 2
+	}
+	s.slots = make([]nameSlot, n)
+	s.mask = uint64(n - 1)
+	for _, w := range ascii {
+		h := uint64(fnvOffset)
+		for i := 0; i < len(w); i++ {
+			h = (h ^ uint64(w[i])) * fnvPrime
+		}
+		for i := h & s.mask; ; i = (i + 1) & s.mask {
+			if s.slots[i].name == "" {
+				s.slots[i] = nameSlot{h, w}
+				break
+			}
+		}
+	}
+	return s
 }
 
-// fold1 is foldAt's letter for text[i], with the ASCII case inline.
-func fold1(text []byte, i int) (byte, int) {
-	if c := text[i]; c < 0x80 {
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// identMatters reports whether the identifier token t of sql may name one
+// of the set's names, or cannot be judged here (a byte >= 0x80).
+func (s *nameSet) identMatters(sql []byte, t token) bool {
+	b := sql[t.start:t.end]
+	var q byte
+	if t.kind == tkQuotedIdent {
+		if len(b) < 2 {
+			return true
+		}
+		q, b = b[0], b[1:len(b)-1]
+	}
+	// The name's length: a doubled quote is one byte of it.
+	n := len(b)
+	if q != 0 {
+		for i := 0; i+1 < len(b); i++ {
+			if b[i] == q {
+				n--
+				i++
+			}
+		}
+	}
+	if s.lens&lenBit(n) == 0 && len(s.wild) == 0 {
+		// No name this long; a byte >= 0x80 cannot make one either
+		// (one such byte is at most one letter, never several).
+		for _, c := range b {
+			if c >= 0x80 {
+				return true
+			}
+		}
+		return false
+	}
+	h := uint64(fnvOffset)
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 0x80 {
+			return true
+		}
 		if c >= 'A' && c <= 'Z' {
 			c += 'a' - 'A'
 		}
-		return c, 1
+		if q != 0 && c == q && i+1 < len(b) {
+			i++
+		}
+		h = (h ^ uint64(c)) * fnvPrime
 	}
-	return foldAt(text, i)
-}
-
-// find reports whether any needle occurs in text.
-func (m *pairMatcher) find(text []byte) bool {
-	if m == nil || !m.any {
-		return false
-	}
-	// Every byte may start a name, a multibyte character's later bytes
-	// too, as matcher tries them.
-	for i := 0; i < len(text); i++ {
-		if !m.start[text[i]] {
-			continue
-		}
-		c1, n1 := fold1(text, i)
-		if m.single[c1] {
-			return true
-		}
-		j := i + n1
-		if j >= len(text) {
-			continue
-		}
-		c2, n2 := fold1(text, j)
-		k := uint16(c1)<<8 | uint16(c2)
-		if m.pairs[k/64]&(1<<(k%64)) == 0 {
-			continue
-		}
-		var c3 byte
-		if j+n2 < len(text) {
-			c3, _ = fold1(text, j+n2)
-		}
-		h := tripleHash(c1, c2, c3)
-		if j+n2 < len(text) && m.triples[h/64]&(1<<(h%64)) == 0 {
-			continue
-		}
-		for _, n := range m.byPair[k] {
-			if matchFoldAt(text, i, n) {
+	if s.lens&lenBit(n) != 0 {
+		for i := h & s.mask; ; i = (i + 1) & s.mask {
+			sl := &s.slots[i]
+			if sl.name == "" {
+				break
+			}
+			if sl.hash == h && identEq(b, q, sl.name) {
 				return true
 			}
 		}
 	}
+	for _, w := range s.wild {
+		if wildEq(b, q, w) {
+			return true
+		}
+	}
 	return false
+}
+
+// identEq compares an identifier's bytes (quote q doubled inside, or 0)
+// with a lower-case ASCII name.
+func identEq(b []byte, q byte, name string) bool {
+	k := 0
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if q != 0 && c == q && i+1 < len(b) {
+			i++
+		}
+		if k >= len(name) || name[k] != c {
+			return false
+		}
+		k++
+	}
+	return k == len(name)
+}
+
+// wildEq compares an ASCII identifier (quote q doubled inside, or 0) with
+// a name that has non-ASCII letters the way catalog.SameName does: letter
+// by letter, a non-ASCII letter of the name standing for any letter.
+func wildEq(b []byte, q byte, name string) bool {
+	k := 0
+	for _, r := range name {
+		if k >= len(b) {
+			return false
+		}
+		c := b[k]
+		if q != 0 && c == q && k+1 < len(b) {
+			k++
+		}
+		k++
+		if r >= 0x80 {
+			continue
+		}
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if byte(r) != c {
+			return false
+		}
+	}
+	return k == len(b)
 }

@@ -42,9 +42,9 @@ type Engine struct {
 	cat      *catalog.Closure // see Options.Catalog
 	catStale string
 	catNames []catName
-	// catNeedles: the catalog's names, apart from needles because they may
-	// be many (see pairMatcher).
-	catNeedles *pairMatcher
+	// catSet: the catalog's names for the fast path, matched against the
+	// statement's identifiers rather than its raw text (see nameSet).
+	catSet *nameSet
 }
 
 // New returns an Engine for the policy snapshot p (nil: nothing protected).
@@ -68,7 +68,7 @@ func New(p *policy.Policy, opts Options) *Engine {
 	}
 	e.cat, e.catStale, e.catNames = opts.Catalog, opts.CatalogStale, catalogNames(opts.Catalog)
 	e.needles = newMatcher(words)
-	e.catNeedles = newPairMatcher(catalogWords(opts))
+	e.catSet = newNameSet(catalogWords(opts))
 	n := opts.CacheEntries
 	if n == 0 {
 		n = 4096

@@ -2,14 +2,15 @@ package rewrite
 
 // The fast path decides, without parsing and without allocating, that a
 // packet cannot matter to the proxy: it names no protected table, calls no
-// lease function, and no statement in it starts with a word that changes
-// the session or needs a closer look. Anything else goes to the slow path,
-// which may still relay it untouched.
+// lease function, has no identifier that is a catalog object's name, and
+// no statement in it starts with a word that changes the session or needs
+// a closer look. Anything else goes to the slow path, which may still
+// relay it untouched.
 
 // fastForward reports whether the packet can be relayed as it is.
 func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool {
 	// 1. Raw scan, comments and strings included.
-	if e.needles.find(sql) || e.catNeedles.find(sql) {
+	if e.needles.find(sql) {
 		return false
 	}
 	if unsafeCharset && hasTrailPair(sql) {
@@ -18,10 +19,14 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 	// 2. The first live token of every statement.
 	lx := newLexer(sql, mode, nil)
 	atStart := true
+	cat := e.catSet.any
 	for {
 		t, ok := lx.next()
 		if !ok {
 			break
+		}
+		if cat && (t.kind == tkWord || t.kind == tkQuotedIdent) && e.catSet.identMatters(sql, t) {
+			return false
 		}
 		if atStart {
 			if !fastLeading(sql, t) {
