@@ -273,3 +273,44 @@ func oracleWrite(e *Engine, sql string, mode lexMode, schema string) string {
 	}
 	return ""
 }
+
+// FuzzScanString: the string and quoted-identifier scans (IndexByte) end
+// where a byte-by-byte reading of the server's rules ends, and report the
+// same unterminated texts.
+func FuzzScanString(f *testing.F) {
+	for _, s := range []string{`'a\'b'c`, `'a''b'`, `"x\\"`, "`a``b`c", `'\`, `'abc`, `''`, `'\''`, `'a\\'b'`} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(2))
+	}
+	f.Fuzz(func(t *testing.T, s string, flags uint8) {
+		if s == "" || s[0] != '\'' && s[0] != '"' && s[0] != '`' {
+			return
+		}
+		mode := lexMode{noBackslash: flags&2 != 0}
+		q := s[0]
+		lx := newLexer([]byte(s), mode, nil)
+		if q == '`' {
+			lx.scanQuoted(q)
+		} else {
+			lx.scanString(q)
+		}
+		pos, issue := refScan(s, q, q != '`' && !mode.noBackslash)
+		if lx.pos != pos || (lx.issue != "") != issue {
+			t.Fatalf("%q (flags %d): end %d issue %q, byte-by-byte end %d unterminated %v", s, flags, lx.pos, lx.issue, pos, issue)
+		}
+	})
+}
+
+func refScan(s string, q byte, backslash bool) (int, bool) {
+	for p := 1; p < len(s); p++ {
+		switch {
+		case backslash && s[p] == '\\':
+			p++
+		case s[p] == q && p+1 < len(s) && s[p+1] == q:
+			p++
+		case s[p] == q:
+			return p + 1, false
+		}
+	}
+	return len(s), true
+}

@@ -59,7 +59,23 @@ func (m *matcher) find(text []byte) bool {
 		return false
 	}
 	for i := 0; i < len(text); i++ {
-		for _, n := range m.byFirst[text[i]] {
+		ns := m.byFirst[text[i]]
+		if len(ns) == 0 {
+			continue
+		}
+		// Needle letters are common letters: rule most out by the next
+		// byte when both are ASCII (a one-byte letter, folded in place).
+		next := byte(0x80)
+		if text[i] < 0x80 && i+1 < len(text) {
+			next = text[i+1]
+			if next >= 'A' && next <= 'Z' {
+				next += 'a' - 'A'
+			}
+		}
+		for _, n := range ns {
+			if next < 0x80 && len(n) > 1 && n[1] != next {
+				continue
+			}
 			if matchFoldAt(text, i, n) {
 				return true
 			}

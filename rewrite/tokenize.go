@@ -1,5 +1,7 @@
 package rewrite
 
+import "bytes"
+
 // The tokenizer reads SQL text the way the connected server's lexer reads it
 // (sql/sql_lex.cc of MySQL and MariaDB): comments, executable comments and
 // their version rules, strings under the session's sql_mode, identifiers,
@@ -405,46 +407,62 @@ func (lx *lexer) skipComment(start, p int, nest bool) {
 }
 
 // scanString reads a quoted string starting at lx.pos (the opening quote).
+// The quote and the backslash are found with bytes.IndexByte: strings are
+// most of a long statement's bytes. Each search starts where the last one
+// ended or at a byte past it, so the scan stays linear.
 func (lx *lexer) scanString(q byte) {
 	start := lx.pos
+	src := lx.src
 	p := lx.pos + 1
-	for p < len(lx.src) {
-		c := lx.src[p]
-		if c == '\\' && !lx.mode.noBackslash {
+	qi := -1 // the next q at or after p while qi >= p; len(src): none
+	for p < len(src) {
+		if qi < p {
+			qi = len(src)
+			if k := bytes.IndexByte(src[p:], q); k >= 0 {
+				qi = p + k
+			}
+		}
+		if !lx.mode.noBackslash {
+			if j := bytes.IndexByte(src[p:qi], '\\'); j >= 0 {
+				p += j + 2
+				continue
+			}
+		}
+		if qi >= len(src) {
+			break
+		}
+		p = qi
+		if p+1 < len(src) && src[p+1] == q {
 			p += 2
 			continue
 		}
-		if c == q {
-			if p+1 < len(lx.src) && lx.src[p+1] == q {
-				p += 2
-				continue
-			}
-			lx.pos = p + 1
-			return
-		}
-		p++
+		lx.pos = p + 1
+		return
 	}
 	lx.uncertain(start, "an unterminated string")
-	lx.pos = len(lx.src)
+	lx.pos = len(src)
 }
 
 // scanQuoted reads a quoted identifier (`x` or "x"); the quote doubles.
 func (lx *lexer) scanQuoted(q byte) {
 	start := lx.pos
+	src := lx.src
 	p := lx.pos + 1
-	for p < len(lx.src) {
-		if lx.src[p] == q {
-			if p+1 < len(lx.src) && lx.src[p+1] == q {
-				p += 2
-				continue
-			}
-			lx.pos = p + 1
-			return
+	for p < len(src) {
+		k := bytes.IndexByte(src[p:], q)
+		if k < 0 {
+			break
 		}
-		p++
+		p += k
+		if p+1 < len(src) && src[p+1] == q {
+			p += 2
+			continue
+		}
+		lx.pos = p + 1
+		return
 	}
 	lx.uncertain(start, "an unterminated quoted identifier")
-	lx.pos = len(lx.src)
+	lx.pos = len(src)
 }
 
 // scanQuotedDigits reads X'..' or B'..'.
