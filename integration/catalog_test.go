@@ -279,3 +279,268 @@ func insertID(id int64) func(*testing.T, sql.Result) {
 		}
 	}
 }
+
+// TestCatalogAttacks: attempts to get a stale write through each kind of
+// catalog object, through the proxy, each with a stale fence: the write
+// is refused or changes nothing, anywhere.
+func TestCatalogAttacks(t *testing.T) {
+	e := newCatalogEnv(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		"CREATE VIEW v_jobs2 AS SELECT id, n FROM v_jobs WHERE n >= 0",
+		"CREATE VIEW v_join AS SELECT j.id, j.n, p.id AS p FROM jobs j JOIN parent p ON p.id = j.pid",
+		"CREATE VIEW v_chk AS SELECT id, n, pid FROM jobs WHERE n >= 0 WITH CHECK OPTION",
+		"CREATE TABLE t1 (id INT PRIMARY KEY)",
+		"CREATE TABLE t2 (id INT PRIMARY KEY)",
+		"CREATE TRIGGER t1_ai AFTER INSERT ON t1 FOR EACH ROW INSERT INTO t2 VALUES (NEW.id)",
+		"CREATE TRIGGER t2_ai AFTER INSERT ON t2 FOR EACH ROW UPDATE jobs SET n = n + 1",
+		"CREATE PROCEDURE outer_p() BEGIN CALL touch(); END",
+		"CREATE TABLE pu (id INT PRIMARY KEY)",
+		"INSERT INTO pu VALUES (1), (2)",
+		"ALTER TABLE jobs ADD COLUMN puid INT NULL, ADD CONSTRAINT fk_pu FOREIGN KEY (puid) REFERENCES pu (id) ON UPDATE CASCADE",
+		"UPDATE jobs SET puid = 1",
+		"CREATE TABLE plain (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0)",
+		"CREATE VIEW v_harm AS SELECT id, n FROM plain",
+		"CREATE VIEW v_gone AS SELECT id, n FROM plain",
+	} {
+		mustExec(t, e.root, q)
+	}
+	e.await(t, "the new objects", func(c *catalog.Closure) bool {
+		return c.Table(e.db, "v_join") != nil && c.Table(e.db, "t1") != nil && c.Table(e.db, "pu") != nil &&
+			c.Procedure(e.db, "outer_p") != nil
+	})
+	tables := []string{"jobs", "orders", "parent", "t1", "t2", "pu", "plain"}
+	dump := func(t *testing.T) string {
+		t.Helper()
+		var b strings.Builder
+		for _, tb := range tables {
+			b.WriteString(tb + ":\n" + tableDump(t, e.root, tb))
+		}
+		return b.String()
+	}
+	// attempt runs q on a stale session: want "refused" (an error from
+	// the proxy), "zero" (0 rows, one audit record) or "error" (the
+	// server's own error); in every case nothing changes.
+	attempt := func(t *testing.T, c *sql.Conn, q, want string) {
+		t.Helper()
+		before, n := dump(t), e.audits(t)
+		r, err := c.ExecContext(ctx, q)
+		switch {
+		case want == "refused":
+			if err == nil || !strings.Contains(err.Error(), "fenceproxy refused") {
+				t.Errorf("%s: err %v, want a refusal", q, err)
+			}
+		case want == "zero":
+			if err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			if k := rowsAffected(r); k != 0 {
+				t.Errorf("%s: stale write affected %d rows", q, k)
+			}
+			if got := e.audits(t); got != n+1 {
+				t.Errorf("%s: %d new audit records, want 1", q, got-n)
+			}
+		case want == "error":
+			if err == nil || strings.Contains(err.Error(), "fenceproxy") {
+				t.Errorf("%s: err %v, want the server's error", q, err)
+			}
+		}
+		if after := dump(t); after != before {
+			t.Errorf("%s changed the tables:\nbefore\n%s\nafter\n%s", q, before, after)
+		}
+	}
+
+	for _, a := range []struct{ name, q, want string }{
+		{"view of a view", "UPDATE v_jobs2 SET n = n + 1", "zero"},
+		{"join view", "UPDATE v_join SET n = n + 1 WHERE p = 2", "zero"},
+		{"view WITH CHECK OPTION: update", "UPDATE v_chk SET n = n + 1", "zero"},
+		{"view WITH CHECK OPTION: insert", "INSERT INTO v_chk (n) VALUES (5)", "zero"},
+		{"view WITH CHECK OPTION: delete", "DELETE FROM v_chk WHERE n > 0", "zero"},
+		{"REPLACE into a view", "REPLACE INTO v_jobs (id, n) VALUES (2, 0)", "zero"},
+		{"trigger chain", "INSERT INTO t1 VALUES (1)", "zero"},
+		{"ON DUPLICATE KEY UPDATE of a trigger table", "INSERT INTO orders (id, x) VALUES (1, 1) ON DUPLICATE KEY UPDATE x = 2", "zero"},
+		{"ON UPDATE CASCADE", "UPDATE pu SET id = 3 WHERE id = 1", "zero"},
+		{"ON DELETE CASCADE in a multi-table DELETE", "DELETE parent FROM parent JOIN pu ON pu.id = parent.id WHERE parent.id = 1", "zero"},
+		{"schema-qualified, quoted", "UPDATE `" + e.db + "`.`v_jobs` SET n = 0", "zero"},
+		{"view name in an executable comment", "UPDATE /*!v_jobs*/ SET n = 0", "zero"},
+		{"case variant of a view (lower_case_table_names=0: another name)", "UPDATE V_JOBS SET n = 0", "error"},
+		{"nested procedure", "CALL outer_p()", "refused"},
+		{"procedure, case and quotes", "CALL `" + e.db + "`.`TOUCH`()", "refused"},
+		{"SQL-level prepared CALL", "PREPARE s FROM 'CALL touch()'", "refused"},
+		{"function in VALUES", "INSERT INTO plain (id, n) VALUES (1, bump())", "refused"},
+		{"function in an UPDATE of another table", "UPDATE plain SET n = bump()", "refused"},
+		{"function with an accent the server folds away", "SELECT bÜmp()", "refused"},
+		{"function, upper case, quoted", "DO `BUMP`()", "refused"},
+		{"function inside a subquery", "SELECT * FROM plain WHERE n IN (SELECT bump())", "refused"},
+		{"function in a multi-statement packet", "SELECT 1; SELECT bump()", "refused"},
+	} {
+		t.Run(a.name, func(t *testing.T) {
+			c := e.session(t, false)
+			attempt(t, c, a.q, a.want)
+		})
+	}
+
+	t.Run("prepared CALL (COM_STMT_PREPARE)", func(t *testing.T) {
+		c := e.session(t, false)
+		before := dump(t)
+		if st, err := c.PrepareContext(ctx, "CALL outer_p()"); err == nil {
+			st.Exec()
+			st.Close()
+			t.Errorf("prepare of CALL outer_p() succeeded, want a refusal")
+		} else if !strings.Contains(err.Error(), "fenceproxy refused") {
+			t.Errorf("prepare: %v, want a refusal", err)
+		}
+		if dump(t) != before {
+			t.Errorf("the prepared CALL changed the tables")
+		}
+	})
+
+	t.Run("from another schema", func(t *testing.T) {
+		c := e.session(t, false)
+		mustExec(t, c, "USE information_schema")
+		attempt(t, c, "UPDATE `"+e.db+"`.v_jobs SET n = 0", "zero")
+		attempt(t, c, "SELECT `"+e.db+"`.bump()", "refused")
+	})
+
+	t.Run("valid: a view WITH CHECK OPTION and a join view behave as unfenced", func(t *testing.T) {
+		c := e.session(t, true)
+		if r := mustExec(t, c, "UPDATE v_chk SET n = n + 1 WHERE id = 1"); rowsAffected(r) != 1 {
+			t.Errorf("update through v_chk affected %d rows, want 1", rowsAffected(r))
+		}
+		if _, err := c.ExecContext(ctx, "UPDATE v_chk SET n = -1 WHERE id = 1"); err == nil || !strings.Contains(err.Error(), "1369") {
+			t.Errorf("update violating the check option: %v, want the server's error 1369", err)
+		}
+		if r := mustExec(t, c, "UPDATE v_join SET n = n + 1 WHERE p = 2"); rowsAffected(r) != 1 {
+			t.Errorf("update through v_join affected %d rows, want 1", rowsAffected(r))
+		}
+	})
+
+	t.Run("triggers on views are impossible", func(t *testing.T) {
+		_, err := e.root.ExecContext(ctx, "CREATE TRIGGER v_bi BEFORE INSERT ON v_jobs FOR EACH ROW SET NEW.n = 0")
+		if err == nil || !strings.Contains(err.Error(), "1347") {
+			t.Errorf("trigger on a view: %v, want error 1347 (not BASE TABLE)", err)
+		}
+	})
+
+	// Objects changed directly on the server count from the refresh
+	// that sees them.
+	direct := []struct {
+		name  string
+		ddl   []string
+		ready func(*catalog.Closure) bool
+		q     string
+		want  string
+	}{
+		{"ALTER VIEW onto the protected table", []string{"ALTER VIEW v_harm AS SELECT id, n FROM jobs"},
+			func(c *catalog.Closure) bool { return c.Table(e.db, "v_harm") != nil }, "UPDATE v_harm SET n = 0", "zero"},
+		{"DROP and CREATE of a view under its old name", []string{"DROP VIEW v_gone", "CREATE VIEW v_gone AS SELECT id, n FROM jobs"},
+			func(c *catalog.Closure) bool { return c.Table(e.db, "v_gone") != nil }, "DELETE FROM v_gone", "zero"},
+		{"RENAME of a trigger table", []string{"RENAME TABLE t1 TO t1_renamed"},
+			func(c *catalog.Closure) bool { return c.Table(e.db, "t1_renamed") != nil }, "INSERT INTO t1_renamed VALUES (7)", "zero"},
+		{"RENAME of a view", []string{"RENAME TABLE v_jobs2 TO v_jobs3"},
+			func(c *catalog.Closure) bool { return c.Table(e.db, "v_jobs3") != nil }, "UPDATE v_jobs3 SET n = 0", "zero"},
+		{"a new function", []string{"CREATE FUNCTION zap() RETURNS INT BEGIN DELETE FROM jobs; RETURN 1; END"},
+			func(c *catalog.Closure) bool { return c.Function(e.db, "zap") != nil }, "SELECT ZAP()", "refused"},
+		{"a trigger added to a known table", []string{"CREATE TRIGGER plain_bu BEFORE UPDATE ON plain FOR EACH ROW DELETE FROM jobs"},
+			func(c *catalog.Closure) bool { return c.Table(e.db, "plain") != nil }, "UPDATE plain SET n = 1", "zero"},
+	}
+	for _, d := range direct {
+		t.Run("changed directly on the server: "+d.name, func(t *testing.T) {
+			for _, q := range d.ddl {
+				mustExec(t, e.root, q)
+			}
+			e.await(t, d.name, d.ready)
+			for i := range tables {
+				if tables[i] == "t1" && d.name == "RENAME of a trigger table" {
+					tables[i] = "t1_renamed"
+				}
+			}
+			attempt(t, e.session(t, false), d.q, d.want)
+		})
+	}
+
+	t.Run("DDL through the proxy", func(t *testing.T) {
+		c := e.session(t, false)
+		for _, q := range []string{
+			"ALTER VIEW v_harm AS SELECT id, n FROM jobs",
+			"CREATE OR REPLACE VIEW v_new AS SELECT id, n FROM v_jobs",
+			"CREATE TRIGGER plain_ai AFTER INSERT ON plain FOR EACH ROW SET @x = bÜmp()",
+			"CREATE PROCEDURE p_new() BEGIN UPDATE v_jobs SET n = 0; END",
+		} {
+			if _, err := c.ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "fenceproxy refused") {
+				t.Errorf("%s: err %v, want a refusal", q, err)
+			}
+		}
+		// A rename through the proxy is allowed: the catalog is read again
+		// before the connection's next statement.
+		mustExec(t, c, "RENAME TABLE orders TO orders_r")
+		for i := range tables {
+			if tables[i] == "orders" {
+				tables[i] = "orders_r"
+			}
+		}
+		attempt(t, c, "INSERT INTO orders_r (x) VALUES (9)", "zero")
+	})
+}
+
+// TestCatalogCascadeTriggers: measured, not taken from the manuals: rows
+// that a foreign key's CASCADE or SET NULL changes fire none of the child
+// table's triggers (MariaDB 10.11, ON DELETE and ON UPDATE, BEFORE and
+// AFTER). So a parent whose cascades reach only a child whose triggers
+// write a protected table is not fenced, and its writes never reach the
+// protected table.
+func TestCatalogCascadeTriggers(t *testing.T) {
+	e := newCatalogEnv(t)
+	for _, q := range []string{
+		"CREATE TABLE pc (id INT PRIMARY KEY)",
+		"INSERT INTO pc VALUES (1), (2), (3), (4)",
+		"CREATE TABLE cc (id INT PRIMARY KEY, pcid INT, FOREIGN KEY (pcid) REFERENCES pc (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+		"CREATE TABLE cn (id INT PRIMARY KEY, pcid INT, FOREIGN KEY (pcid) REFERENCES pc (id) ON DELETE SET NULL ON UPDATE SET NULL)",
+		"INSERT INTO cc VALUES (1, 1), (2, 2), (3, 3), (4, 4)",
+		"INSERT INTO cn VALUES (1, 1), (2, 2), (3, 3), (4, 4)",
+	} {
+		mustExec(t, e.root, q)
+	}
+	for _, tb := range []string{"cc", "cn"} {
+		for _, ev := range []string{"BEFORE DELETE", "AFTER DELETE", "BEFORE UPDATE", "AFTER UPDATE"} {
+			name := tb + "_" + strings.ToLower(strings.ReplaceAll(ev, " ", "_"))
+			mustExec(t, e.root, "CREATE TRIGGER "+name+" "+ev+" ON "+tb+" FOR EACH ROW INSERT INTO jobs (n) VALUES (-1)")
+		}
+	}
+	e.await(t, "the triggers on cc and cn", func(c *catalog.Closure) bool {
+		return c.Table(e.db, "cc") != nil && c.Table(e.db, "cn") != nil
+	})
+	st, _ := e.proxy.Proxy.CatalogState()
+	if f := catalog.Close(st.Snapshot, rewrite.ProtectedFor(e.proxy.Policy)).Table(e.db, "pc"); f != nil {
+		t.Errorf("pc is fenced (%v), but its cascades fire no triggers", f.Why)
+	}
+	jobs := tableDump(t, e.root, "jobs")
+	children := func() string { return tableDump(t, e.root, "cc") + "--\n" + tableDump(t, e.root, "cn") }
+	for _, s := range []struct {
+		name  string
+		proxy bool
+		q     string
+	}{
+		{"directly: delete", false, "DELETE FROM pc WHERE id = 1"},
+		{"directly: update", false, "UPDATE pc SET id = 10 WHERE id = 2"},
+		{"through the proxy, stale: delete", true, "DELETE FROM pc WHERE id = 3"},
+		{"through the proxy, stale: update", true, "UPDATE pc SET id = 40 WHERE id = 4"},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			var db execer = e.root
+			if s.proxy {
+				db = e.session(t, false)
+			}
+			before := children()
+			if r := mustExec(t, db, s.q); rowsAffected(r) != 1 {
+				t.Errorf("%s affected %d rows, want 1 (it reaches no protected table)", s.q, rowsAffected(r))
+			}
+			if children() == before {
+				t.Errorf("%s: the cascades changed no child rows; the test shows nothing", s.q)
+			}
+			if got := tableDump(t, e.root, "jobs"); got != jobs {
+				t.Errorf("%s: a cascade fired a child's trigger:\njobs before\n%s\nafter\n%s", s.q, jobs, got)
+			}
+		})
+	}
+}
