@@ -935,7 +935,7 @@ type loginOpts struct {
 
 // login runs the whole connection setup with mysql_native_password: the
 // backend's greeting, the client's response relayed, the backend's OK,
-// and (when the engine is learned) the proxy's SHOW VARIABLES.
+// and (when the engine is learned) the proxy's SELECT @@wsrep_on.
 func (h *harness) login(name string, o loginOpts) *hconn {
 	h.t.Helper()
 	if o.user == "" {
@@ -958,11 +958,11 @@ func (h *harness) login(name string, o loginOpts) *hconn {
 	c.clientGets()
 	if o.engineQuery {
 		c.backendGets()
-		on := "OFF"
+		on := "0"
 		if o.galera {
-			on = "ON"
+			on = "1"
 		}
-		c.respond(c.resultSet(stAuto, strCols("Variable_name", "Value"), []string{"wsrep_on", on})...)
+		c.respond(c.resultSet(stAuto, strCols("@@wsrep_on"), []string{on})...)
 	}
 	return c
 }
