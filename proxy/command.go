@@ -118,7 +118,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	case mysql.COM_CHANGE_USER:
 		err = c.comChangeUser()
 	case mysql.COM_QUIT:
-		c.forwardCommand()
+		c.quitSent = c.forwardCommand() == nil
 		return cmd, errQuit
 	case mysql.COM_BINLOG_DUMP, mysql.COM_BINLOG_DUMP_GTID:
 		// A replication stream never returns to commands: become a pipe.

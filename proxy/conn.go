@@ -30,6 +30,10 @@ type clientConn struct {
 	pub         connState   // under mu
 
 	backend *packetConn
+	// quitSent: the client's COM_QUIT went to the backend, which closes
+	// the session on it; close need not send one more (measured: one
+	// system call per connection, and a packet into a closing socket).
+	quitSent bool
 
 	// negotiated at the handshake
 	caps         uint32 // capabilities in use between client and backend
@@ -271,9 +275,11 @@ func (c *clientConn) noteStatus(st uint16) {
 // is still in a sane state.
 func (c *clientConn) close() {
 	if c.backend != nil {
-		c.backend.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		if _, err := c.backend.writePacket(0, []byte{mysql.COM_QUIT}); err == nil {
-			c.backend.flush()
+		if !c.quitSent {
+			c.backend.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := c.backend.writePacket(0, []byte{mysql.COM_QUIT}); err == nil {
+				c.backend.flush()
+			}
 		}
 		c.backend.conn.Close()
 		c.flushCounters()
