@@ -13,7 +13,8 @@
 # config, e.g. protected tables), ONE_PROC_LISTEN (empty; e.g. 127.0.0.1:6034:
 # also measure a second fenceproxy there, run with GOMAXPROCS=1), BEFORE_BIN
 # (empty; a fenceproxy binary of another revision, measured in the same run
-# as fenceproxy-before on BEFORE_LISTEN, 127.0.0.1:6035).
+# as fenceproxy-before on BEFORE_LISTEN, 127.0.0.1:6035), RELAY_LISTEN
+# (127.0.0.1:13306, where haproxy listens).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared}
@@ -38,7 +39,8 @@ YAML
 "$BENCH_WORK/fenceproxy" check-config "$BENCH_WORK/fenceproxy.yaml" >/dev/null
 "$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/fenceproxy.yaml" 2>"$BENCH_WORK/fenceproxy.log" &
 FP_PIDS=$!
-targets=(haproxy=127.0.0.1:13306 fenceproxy="$FP_LISTEN")
+export RELAY_LISTEN=${RELAY_LISTEN:-127.0.0.1:13306}
+targets=(haproxy="$RELAY_LISTEN" fenceproxy="$FP_LISTEN")
 rm -f "$BENCH_WORK/fenceproxy-1p.log"
 if [[ -n ${ONE_PROC_LISTEN:-} ]]; then
   sed "s/^listen: .*/listen: $ONE_PROC_LISTEN/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-1p.yaml"

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Render the README's benchmark tables from one table.sh run.
+
+Reads the summary.tsv files that ../shared/bench/sysbench-compare.sh wrote
+(medians of same-round ratios to haproxy, the first target) and the lines
+that conns printed, and prints Markdown.
+"""
+import argparse
+import csv
+import os
+
+WORKLOADS = [
+    ("oltp_point_select", "oltp_point_select"),
+    ("oltp_read_only", "oltp_read_only"),
+    ("oltp_write_only", "oltp_write_only"),
+    ("connect", "connect (connect, auth, SELECT 1, quit)"),
+    ("fenced_write", "fenced_write (protected tables; haproxy and direct: fence written by hand)"),
+]
+
+
+def num(s):
+    return float(s) if s not in ("", None) else None
+
+
+def f(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("summaries", nargs="+", help="summary.tsv files")
+    ap.add_argument("--conns", help="tab-separated lines printed by conns")
+    a = ap.parse_args()
+    rows = {}
+    for path in a.summaries:
+        if not os.path.exists(path):
+            print(f"(no {path}: that step failed before its summary)")
+            continue
+        with open(path) as fh:
+            for r in csv.DictReader(fh, delimiter="\t"):
+                rows[(r["test"], r["target"])] = r
+
+    def cell(test, target):
+        r = rows.get((test, target))
+        if not r:
+            return "-", "-", "-"
+        tps, ratio, lo, hi, p99 = (num(r[k]) for k in ("tps_median", "tps_ratio", "tps_ratio_min", "tps_ratio_max", "p99_ratio"))
+        bad = "" if r["runs_ok"] == r["runs"] else f" ({r['runs_ok']}/{r['runs']} runs ok)"
+        return f(tps, ",.0f"), f"{f(ratio, '.3f')} [{f(lo, '.3f')}-{f(hi, '.3f')}]{bad}", f(p99, ".2f")
+
+    print("| workload | haproxy tps | **fenceproxy** tps / haproxy [min-max] | p99 / haproxy "
+          "| GOMAXPROCS=1 tps / haproxy [min-max] | p99 / haproxy | direct tps / haproxy |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for test, name in WORKLOADS:
+        if not any(k[0] == test for k in rows):
+            continue
+        h, _, _ = cell(test, "haproxy")
+        _, fr, fp = cell(test, "fenceproxy")
+        _, or_, op = cell(test, "fenceproxy-1p")
+        _, dr, _ = cell(test, "direct")
+        print(f"| {name} | {h} | **{fr}** | **{fp}** | {or_} | {op} | {dr.split(' ')[0]} |")
+
+    if a.conns:
+        lines = [l.rstrip("\n").split("\t") for l in open(a.conns) if l.strip()]
+        direct = next((float(l[7]) for l in lines if l[0] == "direct"), None)
+        print()
+        print("| target | connections | RSS idle, KiB per connection | RSS active, KiB per connection "
+              "| queries/s, all active | p50 ms | p99 ms | queries/s / direct | failed queries |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for l in lines:
+            label, n, _, _, idle, _, active, qps, p50, p99, errs = l[:11]
+            ratio = f"{float(qps) / direct:.3f}" if direct else "-"
+            who = " (mariadbd's own)" if label == "direct" else ""
+            print(f"| {label} | {int(n):,} | {float(idle):.1f}{who} | {float(active):.1f}{who} | {float(qps):,.0f} "
+                  f"| {p50} | {p99} | {ratio} | {errs} |")
+
+
+if __name__ == "__main__":
+    main()

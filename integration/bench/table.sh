@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The README's benchmark table in one command: every figure a ratio to
+# haproxy (an L4 relay) measured in the same round, interleaved round-robin.
+#
+#   1. OLTP point_select, read_only, write_only and connect (a connection's
+#      whole life per event: connect, auth, SELECT 1, quit) through haproxy,
+#      fenceproxy, fenceproxy with GOMAXPROCS=1 and the server directly
+#      (sysbench.sh; one protected table the workloads do not touch, so
+#      every statement goes through the rewriter's fast path);
+#   2. fenced writes on protected tables (fenced.sh);
+#   3. CONNS connections open at once (conns/): the proxy's resident memory
+#      per connection, idle and all querying, and their throughput, for
+#      fenceproxy, fenceproxy GOMAXPROCS=1 and the server directly. The
+#      server's max_connections is raised for it (SET GLOBAL) and restored.
+#
+#   integration/bench/table.sh [--rounds N] [--time S] [--conns N]
+#
+# Prints the Markdown tables and leaves them, with every log, in
+# $BENCH_WORK/table-<time>/. Env as for sysbench.sh (BACKEND, SHARED,
+# BENCH_WORK, RELAY_LISTEN, FP_LISTEN); ONE_PROC_LISTEN (127.0.0.1:6034);
+# CONNS_LISTEN (127.0.0.1:6036, the proxy of step 3); SKIP (a list
+# of steps to leave out: oltp fenced conns).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+ROUNDS=5 TIME=6 CONNS=5000
+while (($#)); do
+  case $1 in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --time) TIME=$2; shift 2 ;;
+    --conns) CONNS=$2; shift 2 ;;
+    *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+  esac
+done
+export BENCH_WORK=${BENCH_WORK:-/tmp/fenceproxy-bench}
+export ONE_PROC_LISTEN=${ONE_PROC_LISTEN:-127.0.0.1:6034}
+BACKEND=${BACKEND:-127.0.0.1:3306}
+SKIP=${SKIP:-}
+OUT=$BENCH_WORK/table-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+skip() { [[ " $SKIP " == *" $1 "* ]]; }
+
+{
+  echo "fenceproxy $(cd "$ROOT" && git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores,"
+  echo "  $(go version | cut -d' ' -f3), $(mariadb -uroot -N -e 'SELECT VERSION()'), $(haproxy -v | head -n1 | cut -d' ' -f1-3),"
+  echo "  $ROUNDS rounds x ${TIME}s, 16 threads; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$OUT/conditions.txt"
+
+summaries=()
+if ! skip oltp; then
+  FP_CONFIG_EXTRA=$'tables:\n  - name: app.invoices' "$HERE/sysbench.sh" --rounds "$ROUNDS" --time "$TIME" \
+    --tests "oltp_point_select oltp_read_only oltp_write_only connect" --out "$OUT/oltp" ||
+    echo "table.sh: some OLTP runs failed (see $OUT/oltp)" >&2
+  summaries+=("$OUT/oltp/summary.tsv")
+fi
+if ! skip fenced; then
+  "$HERE/fenced.sh" --rounds "$ROUNDS" --time "$TIME" --out "$OUT/fenced" ||
+    echo "table.sh: some fenced-write runs failed, or writes were rejected (see $OUT/fenced)" >&2
+  summaries+=("$OUT/fenced/summary.tsv")
+fi
+
+conns_args=()
+if ! skip conns; then
+  (cd "$ROOT" && go build -o "$BENCH_WORK/fenceproxy" ./cmd/fenceproxy && go build -o "$BENCH_WORK/conns" ./integration/bench/conns)
+  port=${BACKEND##*:}
+  server_pid=$(ss -ltnpH "sport = :$port" | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2)
+  # The server is shared: raise its limit only as far as the run needs, and
+  # put it back however the run ends.
+  old_max=$(mariadb -uroot -N -e 'SELECT @@GLOBAL.max_connections')
+  pids=()
+  restore() {
+    ((${#pids[@]})) && { kill "${pids[@]}" 2>/dev/null || true; wait "${pids[@]}" 2>/dev/null || true; }
+    mariadb -uroot -e "SET GLOBAL max_connections = $old_max" || echo "table.sh: could not restore max_connections=$old_max" >&2
+  }
+  trap restore EXIT
+  if ((old_max < CONNS + 200)); then mariadb -uroot -e "SET GLOBAL max_connections = $((CONNS + 200))"; fi
+  echo "== $CONNS connections at once: file descriptor limit $(ulimit -n), server max_connections $old_max -> $(mariadb -uroot -N -e 'SELECT @@GLOBAL.max_connections')"
+  : >"$OUT/conns.tsv"
+  run_conns() {  # label addr pid
+    "$BENCH_WORK/conns" -label "$1" -addr "$2" -pid "$3" -n "$CONNS" -time "${TIME}s" | tee -a "$OUT/conns.tsv" ||
+      echo "table.sh: the $CONNS-connection run through $1 failed" >&2
+  }
+  for variant in fenceproxy fenceproxy-1p; do
+    listen=${CONNS_LISTEN:-127.0.0.1:6036}
+    cat >"$OUT/$variant.yaml" <<YAML
+listen: $listen
+admin: ""
+log_level: warn
+backend:
+  address: $BACKEND
+tables:
+  - name: app.invoices
+YAML
+    if [[ $variant == fenceproxy-1p ]]; then export GOMAXPROCS=1; fi
+    "$BENCH_WORK/fenceproxy" serve --config "$OUT/$variant.yaml" 2>"$OUT/$variant.log" &
+    pid=$!; pids=("$pid")
+    unset GOMAXPROCS
+    for _ in $(seq 100); do (exec 3<>"/dev/tcp/${listen%:*}/${listen##*:}") 2>/dev/null && break; sleep 0.05; done
+    run_conns "$variant" "$listen" "$pid"
+    kill "$pid"; wait "$pid" 2>/dev/null || true; pids=()
+  done
+  run_conns direct "$BACKEND" "$server_pid"
+  conns_args=(--conns "$OUT/conns.tsv")
+fi
+
+echo
+python3 "$HERE/table.py" "${summaries[@]}" "${conns_args[@]}" | tee "$OUT/table.md"
+echo "(conditions and logs: $OUT)"
