@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -84,6 +86,19 @@ type harness struct {
 	secrets []string    // what must never appear in a log line or audit record
 	audited int         // audit records already written to the transcript
 	certs   string      // directory of cert.pem and key.pem, when the config names {{certs}}
+	base    string      // the configuration before its tables, for reload
+}
+
+// reload installs a configuration whose tables are these (YAML list
+// items), through the public Update, as a SIGHUP would.
+func (h *harness) reload(tables string) {
+	h.t.Helper()
+	cfg, err := policy.Parse("transcript.yaml", []byte(h.base+"tables:\n"+tables+h.tc.config))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.p.Update(cfg, cfg.Policy(2))
+	h.note("configuration reloaded: tables now\n# %s", strings.ReplaceAll(strings.TrimRight(tables, "\n"), "\n", "\n# "))
 }
 
 type lockedBuffer struct {
@@ -116,6 +131,7 @@ func newHarness(t *testing.T, tc transcriptCase) *harness {
 			yaml += "  " + l + "\n"
 		}
 	}
+	base := yaml
 	yaml += "tables:\n  - name: app.invoices\n  - name: app.runs\n    lease: admin:runs\n" + tc.config
 	certs := ""
 	if strings.Contains(yaml, "{{certs}}") {
@@ -126,7 +142,7 @@ func newHarness(t *testing.T, tc transcriptCase) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, tc: tc, ln: ln, logs: &lockedBuffer{}, certs: certs}
+	h := &harness{t: t, tc: tc, ln: ln, logs: &lockedBuffer{}, certs: certs, base: base}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, err := New(cfg, cfg.Policy(1), Options{Logger: log, InstanceID: "harness"})
 	if err != nil {
@@ -333,6 +349,23 @@ func (h *harness) dial(name string) *hconn {
 	return c
 }
 
+// dialOnly opens a client connection the proxy answers without a backend
+// connection (max_connections, an unreachable backend).
+func (h *harness) dialOnly(name string) *hconn {
+	h.t.Helper()
+	nc, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { nc.Close() })
+	c := &hconn{h: h, name: name, client: nc, cr: bufio.NewReaderSize(nc, 1<<16), closed: true}
+	h.conns = append(h.conns, c)
+	if len(h.conns) > 1 {
+		h.multi = true
+	}
+	return c
+}
+
 // pkt is one packet a script sends, with how the transcript names it.
 type pkt struct {
 	seq     byte
@@ -511,6 +544,19 @@ func (c *hconn) clientGetsNothingYet(why string) {
 	c.h.line(c, "P->C nothing yet: "+why)
 }
 
+// waitFor polls cond, which a proxy goroutine makes true soon, until it
+// holds (or fails the case after ioTimeout).
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(ioTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.fail("waited %v for %s", ioTimeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // clientClosed reads what else the proxy sends the client, until it closes
 // the connection: anything before the end is in the transcript too.
 func (c *hconn) clientClosed() {
@@ -622,6 +668,9 @@ func describe(p []byte, label string, role int) (string, bool) {
 		}
 		switch p[0] {
 		case mysql.COM_QUERY, mysql.COM_STMT_PREPARE, mysql.COM_INIT_DB:
+			if len(p) > maxShownText {
+				return fmt.Sprintf("%s %q... (%d bytes of text, sha256 %s)", name, p[1:maxShownText/2], len(p)-1, digestOf(p)), true
+			}
 			return fmt.Sprintf("%s %q", name, p[1:]), true
 		case mysql.COM_QUIT, mysql.COM_PING, mysql.COM_STATISTICS, mysql.COM_RESET_CONNECTION:
 			if len(p) == 1 {
@@ -638,6 +687,9 @@ func describe(p []byte, label string, role int) (string, bool) {
 	case mysql.ERR_HEADER:
 		if e := parseErr(p); len(p) > 9 && p[3] == '#' {
 			return fmt.Sprintf("ERR %d #%s %q", e.code, e.state, e.msg), true
+		} else if len(p) >= 3 {
+			// Before the handshake: no SQLSTATE marker.
+			return fmt.Sprintf("ERR %d (no SQLSTATE) %q", e.code, e.msg), true
 		}
 	case mysql.EOF_HEADER:
 		if len(p) == 5 {
@@ -752,9 +804,18 @@ func hexLines(b []byte) string {
 		}
 	}
 	if len(b) > maxShown {
-		fmt.Fprintf(&out, "        ... %d more bytes", len(b)-maxShown)
+		fmt.Fprintf(&out, "        ... %d more bytes (sha256 of all %s)", len(b)-maxShown, digestOf(b))
 	}
 	return out.String()
+}
+
+// maxShownText bounds the statement text a line shows; longer texts are
+// cut and identified by their digest.
+const maxShownText = 1024
+
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // Packets of the scripted backend, shaped as MariaDB 10.11 sends them.
@@ -929,6 +990,7 @@ const (
 type loginOpts struct {
 	user, db, password string
 	caps               uint32 // client capabilities; 0 = goDriverCaps
+	charset            byte   // collation id of the handshake; 0 = 45, utf8mb4_general_ci
 	engineQuery        bool   // backend.engine is auto: the proxy asks for wsrep_on
 	galera             bool   // and the answer is ON
 }
@@ -950,7 +1012,11 @@ func (h *harness) login(name string, o loginOpts) *hconn {
 	c := h.dial(name)
 	c.reply(0, pkt{payload: greeting(mariaCaps, mysql.AUTH_NATIVE_PASSWORD), label: "greeting"})
 	c.clientGetsAs("greeting")
-	c.sendAs(1, handshakeResponse(o.caps, o.user, o.db, mysql.AUTH_NATIVE_PASSWORD, nativePassword(o.password, harnessScramble)), "handshake response")
+	resp := handshakeResponse(o.caps, o.user, o.db, mysql.AUTH_NATIVE_PASSWORD, nativePassword(o.password, harnessScramble))
+	if o.charset != 0 {
+		resp[8] = o.charset
+	}
+	c.sendAs(1, resp, "handshake response")
 	c.backendGetsAs("handshake response")
 	c.deprecateEOF = o.caps&mariaCaps&mysql.CLIENT_DEPRECATE_EOF != 0
 	c.scramble = harnessScramble
