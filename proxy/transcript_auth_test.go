@@ -160,6 +160,43 @@ both of its connections close; the first one is untouched.`,
 		a.response()
 	},
 }, {
+	name: "engine_probe",
+	about: `backend.engine auto: after the login the proxy asks SELECT @@wsrep_on; a server without that
+variable (MySQL) answers ERR 1193, and the proxy asks SHOW VARIABLES LIKE 'wsrep_on' instead, then
+and on every later connection. A Galera node (1) gets the Galera guard.`,
+	run: func(h *harness) {
+		a := h.dial("A")
+		a.reply(0, pkt{payload: greeting(mariaCaps, mysql.AUTH_NATIVE_PASSWORD), label: "greeting"})
+		a.clientGetsAs("greeting")
+		a.sendAs(1, handshakeResponse(goDriverCaps, "app", "app", mysql.AUTH_NATIVE_PASSWORD, nil), "handshake response")
+		a.backendGetsAs("handshake response")
+		a.deprecateEOF = true
+		a.reply(2, okPkt(0, 0, stAuto, 0, ""))
+		a.clientGets()
+		a.engineProbe(false, true)
+		h.note("a second connection asks SHOW VARIABLES at once")
+		b := h.dial("B")
+		b.reply(0, pkt{payload: greeting(mariaCaps, mysql.AUTH_NATIVE_PASSWORD), label: "greeting"})
+		b.clientGetsAs("greeting")
+		b.sendAs(1, handshakeResponse(goDriverCaps, "app", "app", mysql.AUTH_NATIVE_PASSWORD, nil), "handshake response")
+		b.backendGetsAs("handshake response")
+		b.deprecateEOF = true
+		b.reply(2, okPkt(0, 0, stAuto, 0, ""))
+		b.clientGets()
+		b.engineProbe(true, false)
+		h.note("B's backend said wsrep_on ON: its INSERT gets the Galera guard (the write-counter UPDATE)")
+		b.query("INSERT INTO invoices (v) VALUES (1)")
+		b.backendGets()
+		b.backendGets()
+		b.respond(okPkt(0, 0, stInTrans, 0, ""))
+		b.respond(okPkt(1, 0, stInTrans, 0, rowsMatched("1")))
+		b.backendGets()
+		b.backendGets()
+		b.respond(okPkt(1, 3, stInTrans, 0, ""))
+		b.respond(okPkt(0, 0, stAuto, 0, ""))
+		b.response()
+	},
+}, {
 	name: "auth_caching_sha2_fast",
 	about: `caching_sha2_password, fast authentication: the backend's AuthMoreData 0x03 is relayed and the
 proxy waits for the backend's OK, which follows unasked; the client sends nothing in between.`,

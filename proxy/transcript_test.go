@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -186,9 +187,9 @@ func (h *harness) secret(s string) { h.secrets = append(h.secrets, s) }
 
 // line writes one transcript line for a connection.
 func (h *harness) line(c *hconn, s string) {
-	if h.multi {
-		h.out.WriteString(c.name + " ")
-	}
+	// The connection's name is decided when the transcript is rendered:
+	// shown once a case has more than one connection, on every line.
+	h.out.WriteString("\x00" + c.name + "\x00")
 	h.out.WriteString(s)
 	h.out.WriteString("\n")
 }
@@ -235,10 +236,7 @@ func (h *harness) finish() {
 		c.clientClosed()
 	}
 	h.audit()
-	got := h.out.String()
-	for _, s := range h.subst {
-		got = strings.ReplaceAll(got, s[0], s[1])
-	}
+	got := h.text()
 	logs := h.logs.String()
 	recs := h.p.Audit().Recent(0)
 	for _, s := range h.secrets {
@@ -270,6 +268,22 @@ func (h *harness) finish() {
 	}
 }
 
+// connName marks a line's connection in h.out.
+var connName = regexp.MustCompile("\x00([^\x00]*)\x00")
+
+// text is the transcript as the golden file holds it.
+func (h *harness) text() string {
+	name := ""
+	if h.multi {
+		name = "$1 "
+	}
+	got := connName.ReplaceAllString(h.out.String(), name)
+	for _, s := range h.subst {
+		got = strings.ReplaceAll(got, s[0], s[1])
+	}
+	return got
+}
+
 // lineDiff shows the first lines where want and got part, with context.
 func lineDiff(want, got string) string {
 	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
@@ -294,10 +308,7 @@ func lineDiff(want, got string) string {
 // fail stops the case, showing the transcript so far.
 func (h *harness) fail(format string, args ...any) {
 	h.t.Helper()
-	got := h.out.String()
-	for _, s := range h.subst {
-		got = strings.ReplaceAll(got, s[0], s[1])
-	}
+	got := h.text()
 	h.t.Fatalf("%s\ntranscript so far:\n%s\nproxy log:\n%s", fmt.Sprintf(format, args...), got, h.logs.String())
 }
 
@@ -986,6 +997,38 @@ const (
 	stInTrans = mysql.SERVER_STATUS_AUTOCOMMIT | mysql.SERVER_STATUS_IN_TRANS
 )
 
+// engineProbe answers the proxy's question whether the backend is a Galera
+// node as MariaDB 10.11 does: SELECT @@wsrep_on gives 0 or 1;
+// SHOW VARIABLES LIKE 'wsrep_on' gives the variable's row (a server without
+// wsrep has no such variable: noVar answers the SELECT with ERR 1193, as
+// MySQL does, and the SHOW with no row).
+func (c *hconn) engineProbe(galera, noVar bool) {
+	c.h.t.Helper()
+	for {
+		_, q := c.backendGets()
+		switch {
+		case strings.Contains(string(q), "SELECT @@wsrep_on") && noVar:
+			c.respond(errPkt(1193, "HY000", "Unknown system variable 'wsrep_on'"))
+			continue
+		case strings.Contains(string(q), "SELECT @@wsrep_on"):
+			on := "0"
+			if galera {
+				on = "1"
+			}
+			c.respond(c.resultSet(stAuto, []col{{"@@wsrep_on", mysql.MYSQL_TYPE_LONGLONG}}, []string{on})...)
+		case noVar:
+			c.respond(c.resultSet(stAuto, strCols("Variable_name", "Value"))...)
+		default:
+			on := "OFF"
+			if galera {
+				on = "ON"
+			}
+			c.respond(c.resultSet(stAuto, strCols("Variable_name", "Value"), []string{"wsrep_on", on})...)
+		}
+		return
+	}
+}
+
 // loginOpts is how a client logs in through the proxy.
 type loginOpts struct {
 	user, db, password string
@@ -1023,12 +1066,7 @@ func (h *harness) login(name string, o loginOpts) *hconn {
 	c.reply(2, okPkt(0, 0, stAuto, 0, ""))
 	c.clientGets()
 	if o.engineQuery {
-		c.backendGets()
-		on := "0"
-		if o.galera {
-			on = "1"
-		}
-		c.respond(c.resultSet(stAuto, strCols("@@wsrep_on"), []string{on})...)
+		c.engineProbe(o.galera, false)
 	}
 	return c
 }
