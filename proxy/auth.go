@@ -50,7 +50,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 	if err := c.client.flush(); err != nil {
 		return err
 	}
-	resp, cseq, err := c.client.readPacket(nil, 1<<20)
+	resp, cseq, err := c.client.readPacket(nil, maxWholePacket)
 	if err != nil {
 		return err
 	}
@@ -64,20 +64,20 @@ func (c *clientConn) handshake(rt *runtime) error {
 	}
 	if len(resp) == sslRequestLen {
 		if !offerTLS {
-			return c.client.fail(malformed("TLS requested but not offered"))
+			return c.client.sideErr(malformed("TLS requested but not offered"))
 		}
 		tc := tls.Server(c.client.tlsTransport(), c.p.clientTLS)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
-			return c.client.fail(fmt.Errorf("TLS handshake: %w", err))
+			return c.client.sideErr(fmt.Errorf("TLS handshake: %w", err))
 		}
 		if err := c.client.upgradeTLS(tc); err != nil {
 			return err
 		}
 		c.clientTLS = true
-		if resp, cseq, err = c.client.readPacket(nil, 1<<20); err != nil {
+		if resp, cseq, err = c.client.readPacket(nil, maxWholePacket); err != nil {
 			return err
 		}
 		if err := c.checkHandshakeSeq(cseq, 2); err != nil {
@@ -85,7 +85,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		}
 		if ch, err = parseClientHandshake(resp); err != nil || len(resp) == sslRequestLen {
 			c.writeAuthError(cseq+1, erHandshake, "08S01", "Bad handshake")
-			return c.client.fail(malformed("handshake response after TLS"))
+			return c.client.sideErr(malformed("handshake response after TLS"))
 		}
 	} else if cfg.ClientTLS.Required {
 		c.p.metrics.ConnectionsRejected.WithLabelValues("tls_required").Inc()
@@ -117,7 +117,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		if err != nil {
 			c.p.metrics.backendDialFailed()
 			c.writeAuthError(cseq+1, crSSLConnection, "HY000", "fenceproxy: TLS to the backend failed: "+err.Error())
-			return c.backend.fail(fmt.Errorf("TLS handshake: %w", err))
+			return c.backend.sideErr(fmt.Errorf("TLS handshake: %w", err))
 		}
 		if err := c.backend.upgradeTLS(tc); err != nil {
 			return err
@@ -166,7 +166,7 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 	}
 	c.backend = newPacketConn(backendSide, nc)
 	nc.SetDeadline(time.Now().Add(timeout))
-	p, _, err := c.backend.readPacket(nil, 1<<16)
+	p, _, err := c.backend.readPacket(nil, maxShortPacket)
 	if err != nil {
 		c.p.metrics.backendDialFailed()
 		c.sendInitialError(fmt.Sprintf("fenceproxy: the backend %s sent no handshake: %v", c.p.backendAddr, err))
@@ -184,7 +184,7 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 	if err != nil {
 		c.p.metrics.backendDialFailed()
 		c.sendInitialError("fenceproxy: the backend's handshake is not MySQL protocol 10")
-		return nil, c.backend.fail(err)
+		return nil, c.backend.sideErr(err)
 	}
 	c.p.metrics.setBackendUp(true)
 	return hs, nil
@@ -199,7 +199,7 @@ func (c *clientConn) checkHandshakeSeq(got, want byte) error {
 		return nil
 	}
 	c.writeAuthError(want, erNetPacketsOutOfOrder, "08S01", "Got packets out of order")
-	return c.client.fail(malformed("handshake response with sequence number %d, want %d", got, want))
+	return c.client.sideErr(malformed("handshake response with sequence number %d, want %d", got, want))
 }
 
 // sendInitialError answers a client that has not seen a handshake yet.
@@ -219,13 +219,13 @@ func (c *clientConn) writeAuthError(seq byte, code uint16, state, msg string) {
 // and bseq are the last sequence numbers used on each hop.
 func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 	for {
-		p, s, err := c.backend.readPacket(nil, 1<<20)
+		p, s, err := c.backend.readPacket(nil, maxWholePacket)
 		if err != nil {
 			return false, err
 		}
 		bseq = s
 		if len(p) == 0 {
-			return false, c.backend.fail(malformed("empty authentication packet"))
+			return false, c.backend.sideErr(malformed("empty authentication packet"))
 		}
 		switch p[0] {
 		case mysql.OK_HEADER:
@@ -247,7 +247,7 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 			c.scramble = bytes.TrimRight(data, "\x00")
 		case mysql.MORE_DATE_HEADER: // AuthMoreData
 		default:
-			return false, c.backend.fail(malformed("authentication packet 0x%02x", p[0]))
+			return false, c.backend.sideErr(malformed("authentication packet 0x%02x", p[0]))
 		}
 		cseq++
 		if _, err := c.client.writePacket(cseq, p); err != nil {
@@ -260,7 +260,7 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 		if p[0] == mysql.MORE_DATE_HEADER && isSHA2 && len(p) == 2 && p[1] == mysql.CACHE_SHA2_FAST_AUTH {
 			continue // fast authentication succeeded: the backend's OK follows unasked
 		}
-		resp, s2, err := c.client.readPacket(nil, 1<<20)
+		resp, s2, err := c.client.readPacket(nil, maxWholePacket)
 		if err != nil {
 			return false, err
 		}
@@ -305,21 +305,21 @@ func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte,
 		if err := c.backend.flush(); err != nil {
 			return nil, cseq, bseq, err
 		}
-		p, s, err := c.backend.readPacket(nil, 1<<16)
+		p, s, err := c.backend.readPacket(nil, maxShortPacket)
 		if err != nil {
 			return nil, cseq, bseq, err
 		}
 		bseq = s
 		if len(p) < 2 || p[0] != mysql.MORE_DATE_HEADER {
-			return nil, cseq, bseq, c.backend.fail(malformed("expected the backend's public key"))
+			return nil, cseq, bseq, c.backend.sideErr(malformed("expected the backend's public key"))
 		}
 		pub, err := parsePublicKey(p[1:])
 		if err != nil {
-			return nil, cseq, bseq, c.backend.fail(err)
+			return nil, cseq, bseq, c.backend.sideErr(err)
 		}
 		enc, err := rsa.EncryptOAEP(sha1.New(), rand.Reader, pub, xorScramble(password, c.scramble), nil)
 		if err != nil {
-			return nil, cseq, bseq, c.backend.fail(err)
+			return nil, cseq, bseq, c.backend.sideErr(err)
 		}
 		return enc, cseq, bseq, nil
 	}
@@ -342,7 +342,7 @@ func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte,
 		if err := c.client.flush(); err != nil {
 			return nil, cseq, bseq, err
 		}
-		if resp, cseq, err = c.client.readPacket(nil, 1<<16); err != nil {
+		if resp, cseq, err = c.client.readPacket(nil, maxShortPacket); err != nil {
 			return nil, cseq, bseq, err
 		}
 	}

@@ -52,19 +52,19 @@ func (c *clientConn) readOwn() ([][]value, error) {
 	var rows [][]value
 	var firstErr error
 	for {
-		p, _, err := c.backend.readPacket(nil, 1<<20)
+		p, _, err := c.backend.readPacket(nil, maxWholePacket)
 		if err != nil {
 			return nil, err
 		}
 		if len(p) == 0 {
-			return nil, c.backend.fail(malformed("empty response packet"))
+			return nil, c.backend.sideErr(malformed("empty response packet"))
 		}
 		more := false
 		switch p[0] {
 		case mysql.OK_HEADER:
 			ok, valid := parseOK(p)
 			if !valid {
-				return nil, c.backend.fail(malformed("OK packet"))
+				return nil, c.backend.sideErr(malformed("OK packet"))
 			}
 			c.noteStatus(ok.status)
 			c.ownAffected = ok.affectedRows
@@ -100,7 +100,7 @@ func (c *clientConn) backendExec(sql string) (uint64, error) {
 	if err := c.backend.flush(); err != nil {
 		return 0, err
 	}
-	p, _, err := c.backend.readPacket(nil, 1<<20)
+	p, _, err := c.backend.readPacket(nil, maxWholePacket)
 	if err != nil {
 		return 0, err
 	}
@@ -108,18 +108,18 @@ func (c *clientConn) backendExec(sql string) (uint64, error) {
 	case len(p) > 0 && p[0] == mysql.OK_HEADER:
 		ok, valid := parseOK(p)
 		if !valid {
-			return 0, c.backend.fail(malformed("OK packet"))
+			return 0, c.backend.sideErr(malformed("OK packet"))
 		}
 		c.noteStatus(ok.status)
 		if ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0 {
-			return 0, c.backend.fail(malformed("unexpected further results"))
+			return 0, c.backend.sideErr(malformed("unexpected further results"))
 		}
 		return ok.affectedRows, nil
 	case len(p) > 0 && p[0] == mysql.ERR_HEADER:
 		c.statusStale = true
 		return 0, &backendError{parseErr(p)}
 	}
-	return 0, c.backend.fail(malformed("statement returned rows"))
+	return 0, c.backend.sideErr(malformed("statement returned rows"))
 }
 
 // readRows reads a text result set after its column-count packet.
@@ -129,20 +129,20 @@ func (c *clientConn) readRows(cols int) (uint16, [][]value, error) {
 		skip++
 	}
 	for i := 0; i < skip; i++ {
-		if _, _, err := c.backend.readPacket(nil, 1<<20); err != nil {
+		if _, _, err := c.backend.readPacket(nil, maxWholePacket); err != nil {
 			return 0, nil, err
 		}
 	}
 	var rows [][]value
 	for {
-		p, _, err := c.backend.readPacket(nil, 1<<20)
+		p, _, err := c.backend.readPacket(nil, maxWholePacket)
 		if err != nil {
 			return 0, nil, err
 		}
 		if len(p) > 0 && isTerminator(p[0], len(p)) {
 			st, valid := eofStatus(p, c.deprecateEOF)
 			if !valid {
-				return 0, nil, c.backend.fail(malformed("result set terminator"))
+				return 0, nil, c.backend.sideErr(malformed("result set terminator"))
 			}
 			c.noteStatus(st)
 			return st, rows, nil
@@ -155,7 +155,7 @@ func (c *clientConn) readRows(cols int) (uint16, [][]value, error) {
 		for i := 0; i < cols; i++ {
 			v, n, null := lenEnc(p)
 			if n == 0 || (!null && uint64(len(p)-n) < v) {
-				return 0, nil, c.backend.fail(malformed("row"))
+				return 0, nil, c.backend.sideErr(malformed("row"))
 			}
 			if null {
 				row = append(row, value{null: true})

@@ -47,7 +47,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		// What the server itself does: this ERR, then the connection ends.
 		c.client.writePacket(0, errPayload(erNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
 		c.client.flush()
-		return 0, c.client.fail(malformed("command with sequence number %d", seq))
+		return 0, c.client.sideErr(malformed("command with sequence number %d", seq))
 	}
 	if n == 0 {
 		// The server answers an empty packet with "Unknown command" and
@@ -62,7 +62,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	}
 	head, err := c.client.r.Peek(headerLen + min(n, 5))
 	if err != nil {
-		return 0, c.client.fail(err)
+		return 0, c.client.sideErr(err)
 	}
 	cmd := head[headerLen]
 	c.noteCommand(cmd)
@@ -160,13 +160,13 @@ func (c *clientConn) comInitDB() error {
 // comChangeUser relays COM_CHANGE_USER's authentication exchange like the
 // initial one.
 func (c *clientConn) comChangeUser() error {
-	p, _, err := c.client.readPacket(c.buf[:0], 1<<20)
+	p, _, err := c.client.readPacket(c.buf[:0], maxWholePacket)
 	if err != nil {
 		return err
 	}
 	cu, perr := parseChangeUser(p, c.caps)
 	if perr != nil {
-		return c.client.fail(perr)
+		return c.client.sideErr(perr)
 	}
 	if _, err := c.backend.writePacket(0, p); err != nil {
 		return err
@@ -206,7 +206,7 @@ func copyAll(dst, src *packetConn) error {
 	for {
 		if src.r.Buffered() == 0 {
 			if _, err := src.r.Peek(1); err != nil {
-				return src.fail(err)
+				return src.sideErr(err)
 			}
 		}
 		if err := copyN(dst, src, src.r.Buffered()); err != nil {
@@ -238,7 +238,7 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := c.client.readPacket(nil, max(n, 1<<20)); err != nil {
+	if _, _, err := c.client.readPacket(nil, max(n, maxWholePacket)); err != nil {
 		return err
 	}
 	switch cmd {
@@ -270,5 +270,5 @@ func (c *clientConn) refuseTooLarge() error {
 	c.client.writePacket(seq+1, errPayload(erNetPacketTooBig, "08S01", fmt.Sprintf(
 		"fenceproxy: statement larger than limits.max_query_bytes (%d bytes)", c.cmdLimit)))
 	c.client.flush()
-	return c.client.fail(errTooLarge)
+	return c.client.sideErr(errTooLarge)
 }

@@ -128,7 +128,7 @@ func (c *clientConn) serve(rt *runtime) {
 		c.flushCounters()
 		c.publish()
 		if err != nil {
-			c.fail(err)
+			c.abortCommand(err)
 			return
 		}
 	}
@@ -287,10 +287,10 @@ func (c *clientConn) close() {
 	c.client.conn.Close()
 }
 
-// fail ends the connection after an error in a command. A backend failure
+// abortCommand ends the connection after an error in a command. A backend failure
 // before any of the response was sent reaches the client as an ERR packet;
 // after that, the only honest signal is closing the connection.
-func (c *clientConn) fail(err error) {
+func (c *clientConn) abortCommand(err error) {
 	var ce *connError
 	if errors.As(err, &ce) && ce.side == backendSide && !c.respStarted {
 		c.sendError(crServerLost, "HY000", "fenceproxy: lost connection to the backend: "+ce.err.Error())

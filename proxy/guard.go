@@ -290,7 +290,7 @@ func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool)
 			gv, valid = g.ReadVars(toFields(vr))
 		}
 		if !valid {
-			return v, nil, c.backend.fail(malformed("lease guard returned %d rows", len(rows)))
+			return v, nil, c.backend.sideErr(malformed("lease guard returned %d rows", len(rows)))
 		}
 		v = verdictOf(gv, ts[i])
 		if g.Kind == lease.GuardAffected && !v.rejected() {
@@ -357,7 +357,7 @@ func (c *clientConn) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) err
 		// result set with its column definitions, which only the server
 		// can give: the error says what happened instead.
 		c.auditStale(rt, f, v, "error")
-		return c.sendError(erSignal, "45000", v.message(f))
+		return c.sendError(erSignal, "45000", v.message())
 	}
 	c.auditStale(rt, f, v, "zero_rows")
 	st := c.status &^ mysql.SERVER_MORE_RESULTS_EXISTS
@@ -382,12 +382,12 @@ func (c *clientConn) writeHeldAs(clear uint16) error {
 	if !c.heldEOF {
 		ok, valid := parseOK(p)
 		if !valid {
-			return c.backend.fail(malformed("held OK packet"))
+			return c.backend.sideErr(malformed("held OK packet"))
 		}
 		off = ok.infoOff - 4
 	}
 	if len(p) < off+2 {
-		return c.backend.fail(malformed("held packet"))
+		return c.backend.sideErr(malformed("held packet"))
 	}
 	st := binary.LittleEndian.Uint16(p[off:]) &^ clear
 	if c.forceMore {

@@ -33,7 +33,7 @@ const leaseCallTimeout = 10 * time.Second
 const firstProxyStmtID = math.MaxUint32
 
 // answerLeaseCall answers a lease function sent as COM_QUERY.
-func (c *clientConn) answerLeaseCall(rt *runtime, call *rewrite.LeaseCall, _ []value) error {
+func (c *clientConn) answerLeaseCall(rt *runtime, call *rewrite.LeaseCall) error {
 	c.p.metrics.stmtAnswered.Inc()
 	args := make([]value, len(call.Args))
 	for i, a := range call.Args {
@@ -91,7 +91,7 @@ func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) erro
 // executeLeaseCall answers COM_STMT_EXECUTE of a lease function prepared
 // by prepareLeaseCall.
 func (c *clientConn) executeLeaseCall(rt *runtime, ps *preparedStmt) error {
-	payload, inPlace, err := c.readCommand(1 << 20)
+	payload, inPlace, err := c.readCommand(maxWholePacket)
 	if payload == nil {
 		return err
 	}
@@ -142,20 +142,20 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
 	defer cancel()
 	name := call.Func.String()
-	fail := func(format string, a ...any) error {
+	callErr := func(format string, a ...any) error {
 		c.p.metrics.leaseCalls(name, "error").Inc()
 		return c.sendError(erWrongArguments, "HY000", "fenceproxy: "+name+": "+fmt.Sprintf(format, a...))
 	}
 	if call.Func != rewrite.FenceStatus && c.inTransaction() {
-		return fail("call it outside a transaction: a lease change inside one would commit or roll back with it and hold the lease row's lock until then")
+		return callErr("call it outside a transaction: a lease change inside one would commit or roll back with it and hold the lease row's lock until then")
 	}
 	table, err := c.leaseTable(rt)
 	if err != nil {
-		return fail("%v", err)
+		return callErr("%v", err)
 	}
-	conn, release, err := c.leaseConn(ctx, call.Func)
+	conn, release, err := c.leaseConn(ctx)
 	if err != nil {
-		return fail("%v", err)
+		return callErr("%v", err)
 	}
 	defer release()
 	// With autocommit=0 and no transaction open, the lease statements open
@@ -176,11 +176,11 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 	switch call.Func {
 	case rewrite.FenceAcquire:
 		if len(args) != 2 || args[0].null || args[1].null {
-			return fail("usage: SELECT fence_acquire('lease name', ttl_seconds)")
+			return callErr("usage: SELECT fence_acquire('lease name', ttl_seconds)")
 		}
 		ttl, err := lease.ParseTTLSeconds(args[1].s)
 		if err != nil {
-			return fail("%v", err)
+			return callErr("%v", err)
 		}
 		l, err := lease.AcquireOn(ctx, conn, table, args[0].s, ttl)
 		switch {
@@ -208,11 +208,11 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		if ok {
 			if call.Func == rewrite.FenceRenew {
 				if len(args) != 1 || args[0].null {
-					return fail("usage: SELECT fence_renew(ttl_seconds)")
+					return callErr("usage: SELECT fence_renew(ttl_seconds)")
 				}
 				ttl, perr := lease.ParseTTLSeconds(args[0].s)
 				if perr != nil {
-					return fail("%v", perr)
+					return callErr("%v", perr)
 				}
 				_, err = lease.RenewOn(ctx, conn, table, l, ttl)
 			} else {
@@ -282,7 +282,7 @@ func (c *clientConn) leaseTable(rt *runtime) (string, error) {
 // leaseConn is where lease changes run: the proxy's own account when it
 // has one, else the client's session. Reads of the session's variables
 // always happen in the client's session.
-func (c *clientConn) leaseConn(ctx context.Context, f rewrite.LeaseFunc) (lease.Conn, func(), error) {
+func (c *clientConn) leaseConn(ctx context.Context) (lease.Conn, func(), error) {
 	if c.p.adminDB == nil {
 		return sessionConn{c}, func() {}, nil
 	}

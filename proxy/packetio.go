@@ -21,6 +21,17 @@ const (
 	// typical command and a typical OK packet fit, so the hot path peeks them
 	// in place without copying; larger packets stream through.
 	bufSize = 16 << 10
+
+	// maxWholePacket bounds a packet the proxy reads whole, for itself,
+	// instead of streaming it: a step of the authentication exchange,
+	// COM_CHANGE_USER, a packet of the response to one of its own queries,
+	// a lease function's COM_STMT_EXECUTE.
+	maxWholePacket = 1 << 20
+	// maxShortPacket bounds the packets that are short by nature: the
+	// backend's greeting, and the steps of caching_sha2_password's full
+	// authentication the proxy converts (a public key, an encrypted or
+	// cleartext password).
+	maxShortPacket = 1 << 16
 )
 
 // errMalformed marks input that does not follow the protocol: the
@@ -105,8 +116,9 @@ type connError struct {
 func (e *connError) Error() string { return e.side.String() + ": " + e.err.Error() }
 func (e *connError) Unwrap() error { return e.err }
 
-// fail tags err with p's side (nil stays nil; tagged errors keep their tag).
-func (p *packetConn) fail(err error) error {
+// sideErr tags err with p's side (nil stays nil; tagged errors keep their
+// tag).
+func (p *packetConn) sideErr(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -122,7 +134,7 @@ func (p *packetConn) fail(err error) error {
 func (p *packetConn) peekHeader() (int, byte, error) {
 	h, err := p.r.Peek(headerLen)
 	if err != nil {
-		return 0, 0, p.fail(err)
+		return 0, 0, p.sideErr(err)
 	}
 	return int(h[0]) | int(h[1])<<8 | int(h[2])<<16, h[3], nil
 }
@@ -141,7 +153,7 @@ func (p *packetConn) peekPacket() (pkt []byte, ok bool, err error) {
 	}
 	pkt, err = p.r.Peek(headerLen + n)
 	if err != nil {
-		return nil, false, p.fail(err)
+		return nil, false, p.sideErr(err)
 	}
 	return pkt, true, nil
 }
@@ -168,13 +180,13 @@ func (p *packetConn) readPacket(buf []byte, limit int) ([]byte, byte, error) {
 		if tooLarge || len(payload)+n > limit {
 			tooLarge = true
 			if _, err := p.r.Discard(n); err != nil {
-				return nil, 0, p.fail(err)
+				return nil, 0, p.sideErr(err)
 			}
 		} else {
 			start := len(payload)
 			payload = grow(payload, n)
 			if _, err := io.ReadFull(p.r, payload[start:start+n]); err != nil {
-				return nil, 0, p.fail(err)
+				return nil, 0, p.sideErr(err)
 			}
 		}
 		p.bytesIn += int64(n)
@@ -198,7 +210,7 @@ func (p *packetConn) skipPacket() (byte, error) {
 			return 0, err
 		}
 		if _, err := p.r.Discard(headerLen + n); err != nil {
-			return 0, p.fail(err)
+			return 0, p.sideErr(err)
 		}
 		p.bytesIn += int64(headerLen + n)
 		if n < maxPayload {
@@ -233,18 +245,18 @@ func (p *packetConn) writeCommand(seq byte, prefix, body []byte) (byte, error) {
 		n := min(total, maxPayload)
 		p.hdr = [headerLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
 		if _, err := p.w.Write(p.hdr[:]); err != nil {
-			return seq, p.fail(err)
+			return seq, p.sideErr(err)
 		}
 		rest := n
 		if len(prefix) > 0 {
 			k := min(len(prefix), rest)
 			if _, err := p.w.Write(prefix[:k]); err != nil {
-				return seq, p.fail(err)
+				return seq, p.sideErr(err)
 			}
 			prefix, rest = prefix[k:], rest-k
 		}
 		if _, err := p.w.Write(body[:rest]); err != nil {
-			return seq, p.fail(err)
+			return seq, p.sideErr(err)
 		}
 		body = body[rest:]
 		p.bytesOut += int64(headerLen + n)
@@ -257,7 +269,7 @@ func (p *packetConn) writeCommand(seq byte, prefix, body []byte) (byte, error) {
 	}
 }
 
-func (p *packetConn) flush() error { return p.fail(p.w.Flush()) }
+func (p *packetConn) flush() error { return p.sideErr(p.w.Flush()) }
 
 // copyPacket streams one physical packet from src to dst, rewriting its
 // sequence number by delta, without holding more than the read buffer. It
@@ -271,14 +283,14 @@ func copyPacket(dst, src *packetConn, delta byte) (int, byte, error) {
 	if n > 0 {
 		b, err := src.r.Peek(headerLen + 1)
 		if err != nil {
-			return 0, 0, src.fail(err)
+			return 0, 0, src.sideErr(err)
 		}
 		first = b[headerLen]
 	}
 	h, _ := src.r.Peek(headerLen)
 	dst.hdr = [headerLen]byte{h[0], h[1], h[2], seq + delta}
 	if _, err := dst.w.Write(dst.hdr[:]); err != nil {
-		return 0, 0, dst.fail(err)
+		return 0, 0, dst.sideErr(err)
 	}
 	dst.lastOut = seq + delta
 	src.discard(headerLen)
@@ -296,12 +308,12 @@ func copyN(dst, src *packetConn, n int) error {
 	for n > 0 {
 		if src.r.Buffered() == 0 {
 			if _, err := src.r.Peek(1); err != nil {
-				return src.fail(err)
+				return src.sideErr(err)
 			}
 		}
 		b, _ := src.r.Peek(min(n, src.r.Buffered()))
 		if _, err := dst.w.Write(b); err != nil {
-			return dst.fail(err)
+			return dst.sideErr(err)
 		}
 		src.discard(len(b))
 		n -= len(b)
@@ -344,7 +356,7 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 // nothing is left unread in the buffer.
 func (p *packetConn) upgradeTLS(tc *tls.Conn) error {
 	if p.r.Buffered() > 0 {
-		return p.fail(malformed("data after the TLS request"))
+		return p.sideErr(malformed("data after the TLS request"))
 	}
 	if err := p.flush(); err != nil {
 		return err

@@ -29,13 +29,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// Rewriter is what the proxy asks about every statement: package rewrite's
-// Engine.
-type Rewriter interface {
-	Query(sql []byte, srv rewrite.Server, sess *rewrite.Session) rewrite.Decision
-	Prepare(sql []byte, srv rewrite.Server, sess *rewrite.Session) rewrite.Decision
-}
-
 // Proxy is a fenceproxy server. Create it with New, feed it listeners with
 // Serve, update its configuration with Update, stop it with Shutdown.
 type Proxy struct {
@@ -47,6 +40,7 @@ type Proxy struct {
 	ownsAdminDB bool         // opened by New, closed by Shutdown
 	auditTable  *audit.Table // nil without adminDB
 	instance    string       // instance_id, in audit records
+	leaseLabels leaseLabels  // the stale-write metric's lease label values
 
 	rt       atomic.Pointer[runtime]
 	updateMu sync.Mutex // serialises Update
@@ -82,7 +76,7 @@ type Proxy struct {
 type runtime struct {
 	cfg    *policy.Config
 	policy *policy.Policy
-	engine Rewriter
+	engine *rewrite.Engine // what the proxy asks about every statement
 
 	// gen changes when a reload changes what is fenced (tables, leases,
 	// lease table, variables, mode): statements prepared under an older
@@ -168,7 +162,7 @@ func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 	// functions are the proxy's to answer in every configuration.
 	cat, stale := p.catalogOptions(pol)
 	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale),
-		engine: newCatalogRewriter(pol, cfg.Limits.RewriteCache, cat, stale)}
+		engine: newRewriter(pol, cfg.Limits.RewriteCache, cat, stale)}
 	if old := p.rt.Load(); old != nil {
 		rt.gen = old.gen
 		if old.fingerprint != rt.fingerprint {
@@ -375,7 +369,7 @@ func (p *Proxy) CheckBackend(ctx context.Context) error {
 		nc.SetDeadline(dl)
 	}
 	pc := newPacketConn(backendSide, nc)
-	pkt, _, err := pc.readPacket(nil, 1<<16)
+	pkt, _, err := pc.readPacket(nil, maxShortPacket)
 	if err != nil {
 		return fmt.Errorf("no greeting from %s: %w", p.backendAddr, err)
 	}

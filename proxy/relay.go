@@ -78,37 +78,37 @@ type resultHook interface {
 	// it is written. It may return a replacement payload (same sequence
 	// number), or hold=true for the final packet of the response, which is
 	// then copied to c.held instead of being written.
-	okPacket(idx int, payload []byte, ok okPacket, final bool) (replace []byte, hold bool)
+	okPacket(payload []byte, ok okPacket, final bool) (replace []byte, hold bool)
 	// result is called for every result, in order.
-	result(idx int, r result)
+	result(r result)
 }
 
 // relayResults streams the response to COM_QUERY or COM_STMT_EXECUTE: one or
 // more results chained by SERVER_MORE_RESULTS_EXISTS.
 func (c *clientConn) relayResults(hook resultHook) error {
-	for idx := 0; ; idx++ {
+	for {
 		payload, n, small, err := c.peekBackend()
 		if err != nil {
 			return err
 		}
 		if n == 0 {
-			return c.backend.fail(malformed("empty response packet"))
+			return c.backend.sideErr(malformed("empty response packet"))
 		}
 		if !small {
 			// Only a result set's column count can start a response, and it
 			// is never that long.
-			return c.backend.fail(malformed("oversized response header"))
+			return c.backend.sideErr(malformed("oversized response header"))
 		}
 		switch payload[0] {
 		case mysql.OK_HEADER:
 			ok, valid := parseOK(payload)
 			if !valid {
-				return c.backend.fail(malformed("OK packet"))
+				return c.backend.sideErr(malformed("OK packet"))
 			}
 			c.noteStatus(ok.status)
 			more := ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0
 			if hook != nil {
-				replace, hold := hook.okPacket(idx, payload, ok, !more)
+				replace, hold := hook.okPacket(payload, ok, !more)
 				switch {
 				case (hold || c.holdEnd) && !more:
 					c.holdBackendPacket(n)
@@ -124,7 +124,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 						return err
 					}
 				}
-				hook.result(idx, result{ok: ok})
+				hook.result(result{ok: ok})
 			} else if _, err := c.relayPacket(); err != nil {
 				return err
 			}
@@ -133,7 +133,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			}
 		case mysql.ERR_HEADER:
 			if hook != nil {
-				hook.result(idx, result{isErr: true, err: parseErr(payload)})
+				hook.result(result{isErr: true, err: parseErr(payload)})
 			}
 			c.lastWasErr = true
 			c.statusStale = true
@@ -146,7 +146,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			if err := c.relayLocalInfile(); err != nil {
 				return err
 			}
-			idx-- // the OK or ERR that follows is this statement's result
+			// The OK or ERR that follows is this statement's result.
 		case mysql.EOF_HEADER:
 			// COM_DEBUG and a few others answer with a bare EOF.
 			st, _ := eofStatus(payload, false)
@@ -156,14 +156,14 @@ func (c *clientConn) relayResults(hook resultHook) error {
 		default:
 			cols, k, _ := lenEnc(payload)
 			if k == 0 {
-				return c.backend.fail(malformed("column count"))
+				return c.backend.sideErr(malformed("column count"))
 			}
 			st, err := c.relayResultSet(cols)
 			if err != nil {
 				return err
 			}
 			if hook != nil {
-				hook.result(idx, result{isSet: true, ok: okPacket{status: st}})
+				hook.result(result{isSet: true, ok: okPacket{status: st}})
 			}
 			if st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
 				return nil
@@ -179,7 +179,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 func (c *clientConn) relayConflict(n int, code uint16) error {
 	pkt, err := c.backend.r.Peek(headerLen + n)
 	if err != nil {
-		return c.backend.fail(err)
+		return c.backend.sideErr(err)
 	}
 	seq := pkt[3]
 	p := append([]byte(nil), pkt[headerLen:]...)
@@ -213,7 +213,7 @@ func (c *clientConn) relayResultSet(cols uint64) (uint16, error) {
 			return 0, err
 		}
 		if !small || len(payload) == 0 || payload[0] != mysql.EOF_HEADER {
-			return 0, c.backend.fail(malformed("expected EOF after column definitions"))
+			return 0, c.backend.sideErr(malformed("expected EOF after column definitions"))
 		}
 		st, _ := eofStatus(payload, false)
 		if _, err := c.relayPacket(); err != nil {
@@ -238,17 +238,17 @@ func (c *clientConn) relayRows() (uint16, error) {
 		if n > 0 && n < maxPayload && headerLen+n <= c.backend.r.Size() {
 			pkt, err := c.backend.r.Peek(headerLen + 1)
 			if err != nil {
-				return 0, c.backend.fail(err)
+				return 0, c.backend.sideErr(err)
 			}
 			switch pkt[headerLen] {
 			case mysql.EOF_HEADER:
 				full, err := c.backend.r.Peek(headerLen + n)
 				if err != nil {
-					return 0, c.backend.fail(err)
+					return 0, c.backend.sideErr(err)
 				}
 				st, valid := eofStatus(full[headerLen:], c.deprecateEOF)
 				if !valid {
-					return 0, c.backend.fail(malformed("result set terminator"))
+					return 0, c.backend.sideErr(malformed("result set terminator"))
 				}
 				c.noteStatus(st)
 				if c.holdEnd && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
@@ -309,14 +309,14 @@ func (c *clientConn) relayPrepareResponse() (stmtID uint32, params uint16, ok bo
 		return 0, 0, false, err
 	}
 	if !small || len(payload) < 1 {
-		return 0, 0, false, c.backend.fail(malformed("prepare response"))
+		return 0, 0, false, c.backend.sideErr(malformed("prepare response"))
 	}
 	if payload[0] == mysql.ERR_HEADER {
 		_, err := c.relayPacket()
 		return 0, 0, false, err
 	}
 	if payload[0] != mysql.OK_HEADER || len(payload) < 12 {
-		return 0, 0, false, c.backend.fail(malformed("prepare OK"))
+		return 0, 0, false, c.backend.sideErr(malformed("prepare OK"))
 	}
 	stmtID = uint32(payload[1]) | uint32(payload[2])<<8 | uint32(payload[3])<<16 | uint32(payload[4])<<24
 	cols := uint16(payload[5]) | uint16(payload[6])<<8

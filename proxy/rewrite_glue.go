@@ -6,19 +6,12 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// newRewriter builds the rewriter for a policy. limits.rewrite_cache: 0
-// means no cache at all (neither decisions nor statement shapes); rewrite's
-// own zero means its default size, so 0 is passed on as "disabled".
-func newRewriter(pol *policy.Policy, cache int) Rewriter {
-	if cache == 0 {
-		cache = -1
-	}
-	return rewrite.New(pol, rewrite.Options{CacheEntries: cache})
-}
-
-// newCatalogRewriter is newRewriter with the schema catalog's closure (nil:
-// none) and, when the catalog could not be read lately, why.
-func newCatalogRewriter(pol *policy.Policy, cache int, cat *catalog.Closure, stale string) Rewriter {
+// newRewriter builds the rewriter for a policy, with the schema catalog's
+// closure (nil: none) and, when the catalog could not be read lately, why.
+// limits.rewrite_cache: 0 means no cache at all (neither decisions nor
+// statement shapes); rewrite's own zero means its default size, so 0 is
+// passed on as "disabled".
+func newRewriter(pol *policy.Policy, cache int, cat *catalog.Closure, stale string) *rewrite.Engine {
 	if cache == 0 {
 		cache = -1
 	}

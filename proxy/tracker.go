@@ -2,17 +2,10 @@ package proxy
 
 import (
 	"encoding/binary"
-	"fmt"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
-	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
-	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -67,7 +60,7 @@ func (t *tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence {
 
 func (t *tracker) enforcing() bool { return t.rt.policy.Mode != modeShadow }
 
-func (t *tracker) okPacket(idx int, payload []byte, ok okPacket, final bool) ([]byte, bool) {
+func (t *tracker) okPacket(payload []byte, ok okPacket, final bool) ([]byte, bool) {
 	st := t.current()
 	if st == nil {
 		return t.patchMore(payload, ok, final), false
@@ -94,7 +87,7 @@ func (t *tracker) patchMore(payload []byte, ok okPacket, final bool) []byte {
 	return out
 }
 
-func (t *tracker) result(idx int, r result) {
+func (t *tracker) result(r result) {
 	st := t.current()
 	if st == nil {
 		return
@@ -214,7 +207,7 @@ func (t *tracker) finish() error {
 		case v.rejected() && t.rt.policy.OnStale == onStaleError:
 			c.auditStale(t.rt, t.held.fence, v, "error")
 			c.held = nil
-			return c.sendError(erSignal, "45000", v.message(t.held.fence))
+			return c.sendError(erSignal, "45000", v.message())
 		case v.rejected():
 			c.auditStale(t.rt, t.held.fence, v, "zero_rows")
 		}
@@ -298,168 +291,6 @@ func (c *clientConn) writeHeld() error {
 	_, err := c.client.writePacket(c.heldSeq+c.seqDelta, p)
 	return err
 }
-
-// verdict is what the lease check found.
-type verdict struct {
-	reason         string // audit reason; "" = the fence holds
-	lease          string
-	table          string
-	presentedOwner string
-	presentedToken *uint64
-	currentToken   *uint64
-}
-
-func (v verdict) rejected() bool { return v.reason != "" }
-
-func (v verdict) message(f *rewrite.Fence) string {
-	why := map[string]string{
-		audit.StaleToken:    "the lease was taken over (fence token " + tokenString(v.currentToken) + " is current, this session presented " + tokenString(v.presentedToken) + ")",
-		audit.Expired:       "the lease expired",
-		audit.OwnerMismatch: "this session's owner token does not hold the lease",
-		audit.NoFence:       "this session has no fence context: call fence_acquire or set the fence variables",
-		audit.LeaseMissing:  "the lease does not exist",
-	}[v.reason]
-	return fmt.Sprintf("fenceproxy: stale write to %s rejected under lease '%s': %s", v.table, v.lease, why)
-}
-
-func tokenString(t *uint64) string {
-	if t == nil {
-		return "none"
-	}
-	return strconv.FormatUint(*t, 10)
-}
-
-// classify reads the lease behind fence f on the client's own connection
-// (its variables live there) and says whether the fence holds. locking
-// reads the latest committed lease row, as the fenced write did.
-func (c *clientConn) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
-	seen := map[string]bool{}
-	for _, tg := range f.Targets {
-		sql := lease.VerdictSQL(leaseSpec(rt.policy, tg), c.guardEngine(), locking)
-		if seen[sql] {
-			continue
-		}
-		seen[sql] = true
-		rows, err := c.backendQuery(sql)
-		if err != nil {
-			if be, ok := err.(*backendError); ok && locking && be.code == erConflict {
-				// A deadlock rolled the transaction back: that is no
-				// verdict on the lease.
-				return verdict{}, err
-			}
-			if _, ok := err.(*backendError); ok {
-				// The lease table is unreadable: the write cannot have
-				// passed its fence either.
-				v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease, reason: audit.LeaseMissing}
-				c.log.Warn("lease check failed", "table", v.table, "err", err)
-				return v, nil
-			}
-			return verdict{}, err
-		}
-		lv, valid := lease.ReadVerdict(toFields(rows))
-		if !valid {
-			return verdict{}, c.backend.fail(malformed("lease check returned %d rows", len(rows)))
-		}
-		if v := verdictOf(lv, tg); v.rejected() {
-			return v, nil
-		}
-	}
-	return verdict{}, nil
-}
-
-// leaseSpec is the lease check of a protected write's target.
-func leaseSpec(pol *policy.Policy, tg rewrite.Target) lease.GuardSpec {
-	schema, table := pol.LeaseTableFor(tg.Schema)
-	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol)}
-}
-
-// verdictOf is the proxy's verdict for target tg from what the lease
-// package read.
-func verdictOf(lv lease.Verdict, tg rewrite.Target) verdict {
-	v := verdict{reason: string(lv.Reason), lease: tg.Lease, table: tg.Schema + "." + tg.Table,
-		presentedOwner: lv.PresentedOwner, presentedToken: lv.PresentedToken, currentToken: lv.CurrentToken}
-	if tg.Lease == "" {
-		v.lease = lv.Lease
-	}
-	return v
-}
-
-// auditStale records a rejected (or, in shadow mode, would-be rejected)
-// write and counts it.
-func (c *clientConn) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome string) {
-	c.writeAudit(audit.Record{
-		Reason: v.reason, Lease: v.lease, Table: v.table,
-		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
-		Digest: f.Digest, Outcome: outcome,
-	}, rt)
-}
-
-// refuse answers a statement the rewriter refused, and audits it.
-func (c *clientConn) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
-	c.p.metrics.stmtRefused.Inc()
-	c.auditRefusal(rt, r, sql, "refused")
-	return c.sendError(erNotAllowed, "42000", r.Error())
-}
-
-// auditRefusal records a statement that cannot be fenced.
-func (c *clientConn) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome string) {
-	lease := ""
-	if r.Table != "" {
-		if i := strings.IndexByte(r.Table, '.'); i > 0 {
-			if t, ok := rt.policy.Lookup(r.Table[:i], r.Table[i+1:]); ok {
-				lease = t.Lease
-			}
-		}
-	}
-	reason := "unverifiable"
-	if r.Table != "" {
-		reason = "protected_table"
-	}
-	c.p.metrics.StatementsRefused.WithLabelValues(reason, rt.policy.Mode).Inc()
-	c.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
-		Digest: statementDigest(sql), Outcome: outcome, Detail: r.Reason}, rt)
-}
-
-func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
-	rec.Time = time.Now().UTC()
-	rec.Mode = rt.policy.Mode
-	rec.Client = c.remote
-	rec.User = c.user
-	rec.Schema = c.sess.Schema
-	c.auditOrigin(&rec)
-	if err := c.p.audit.Write(rec); err != nil {
-		c.p.metrics.AuditErrors.Inc()
-		c.log.Error("audit write failed", "err", err)
-	}
-	if rec.Reason == audit.Refused {
-		c.log.Warn("statement refused", "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
-		return
-	}
-	c.p.metrics.StaleRejected.WithLabelValues(rec.Table, leaseLabel(rec.Lease), rec.Reason, rec.Mode).Inc()
-	c.log.Warn("fenced write rejected", "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
-}
-
-// leaseLabel bounds the metric's cardinality: per-entity leases (one per
-// customer, say) would otherwise make a series each.
-func leaseLabel(lease string) string {
-	leaseLabels.Lock()
-	defer leaseLabels.Unlock()
-	if _, ok := leaseLabels.seen[lease]; ok {
-		return lease
-	}
-	if len(leaseLabels.seen) >= maxLeaseLabels {
-		return "_other"
-	}
-	leaseLabels.seen[lease] = struct{}{}
-	return lease
-}
-
-const maxLeaseLabels = 1000
-
-var leaseLabels = struct {
-	sync.Mutex
-	seen map[string]struct{}
-}{seen: map[string]struct{}{}}
 
 // runOneByOne runs a multi-statement packet holding a protected write one
 // statement at a time: each guarded write needs its guard just before it,

@@ -34,7 +34,7 @@ func (c *clientConn) readCommand(limit int) (payload []byte, inPlace bool, err e
 		c.sendError(erNetPacketTooBig, "08S01", fmt.Sprintf(
 			"fenceproxy: statement larger than limits.max_query_bytes (%d bytes): it cannot be checked for protected tables", limit))
 		c.client.flush()
-		return nil, false, c.client.fail(errTooLarge)
+		return nil, false, c.client.sideErr(errTooLarge)
 	}
 	if err != nil {
 		return nil, false, err
@@ -109,7 +109,7 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		return c.refuse(rt, d.Refusal, sql)
 	case rewrite.Answer:
 		c.consumeCommand(payload, inPlace)
-		return c.answerLeaseCall(rt, d.Call, nil)
+		return c.answerLeaseCall(rt, d.Call)
 	case rewrite.Send:
 		c.p.metrics.stmtFenced.Inc()
 		c.consumeCommand(payload, inPlace)

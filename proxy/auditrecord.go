@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// auditStale records a rejected (or, in shadow mode, would-be rejected)
+// write and counts it.
+func (c *clientConn) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome string) {
+	c.writeAudit(audit.Record{
+		Reason: v.reason, Lease: v.lease, Table: v.table,
+		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
+		Digest: f.Digest, Outcome: outcome,
+	}, rt)
+}
+
+// refuse answers a statement the rewriter refused, and audits it.
+func (c *clientConn) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
+	c.p.metrics.stmtRefused.Inc()
+	c.auditRefusal(rt, r, sql, "refused")
+	return c.sendError(erNotAllowed, "42000", r.Error())
+}
+
+// auditRefusal records a statement that cannot be fenced.
+func (c *clientConn) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome string) {
+	lease := ""
+	if r.Table != "" {
+		if i := strings.IndexByte(r.Table, '.'); i > 0 {
+			if t, ok := rt.policy.Lookup(r.Table[:i], r.Table[i+1:]); ok {
+				lease = t.Lease
+			}
+		}
+	}
+	reason := "unverifiable"
+	if r.Table != "" {
+		reason = "protected_table"
+	}
+	c.p.metrics.StatementsRefused.WithLabelValues(reason, rt.policy.Mode).Inc()
+	c.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
+		Digest: statementDigest(sql), Outcome: outcome, Detail: r.Reason}, rt)
+}
+
+func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
+	rec.Time = time.Now().UTC()
+	rec.Mode = rt.policy.Mode
+	rec.Client = c.remote
+	rec.User = c.user
+	rec.Schema = c.sess.Schema
+	c.auditOrigin(&rec)
+	if err := c.p.audit.Write(rec); err != nil {
+		c.p.metrics.AuditErrors.Inc()
+		c.log.Error("audit write failed", "err", err)
+	}
+	if rec.Reason == audit.Refused {
+		c.log.Warn("statement refused", "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+		return
+	}
+	c.p.metrics.StaleRejected.WithLabelValues(rec.Table, c.p.leaseLabels.label(rec.Lease), rec.Reason, rec.Mode).Inc()
+	c.log.Warn("fenced write rejected", "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+}
+
+// leaseLabels bounds the cardinality of a proxy's stale-write metric:
+// per-entity leases (one per customer, say) would otherwise make a series
+// each.
+type leaseLabels struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+const maxLeaseLabels = 1000
+
+// label is lease's label value: the lease itself, or "_other" once
+// maxLeaseLabels others were seen.
+func (l *leaseLabels) label(lease string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[lease]; ok {
+		return lease
+	}
+	if len(l.seen) >= maxLeaseLabels {
+		return "_other"
+	}
+	if l.seen == nil {
+		l.seen = map[string]struct{}{}
+	}
+	l.seen[lease] = struct{}{}
+	return lease
+}

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// verdict is what the lease check found.
+type verdict struct {
+	reason         string // audit reason; "" = the fence holds
+	lease          string
+	table          string
+	presentedOwner string
+	presentedToken *uint64
+	currentToken   *uint64
+}
+
+func (v verdict) rejected() bool { return v.reason != "" }
+
+func (v verdict) message() string {
+	why := map[string]string{
+		audit.StaleToken:    "the lease was taken over (fence token " + tokenString(v.currentToken) + " is current, this session presented " + tokenString(v.presentedToken) + ")",
+		audit.Expired:       "the lease expired",
+		audit.OwnerMismatch: "this session's owner token does not hold the lease",
+		audit.NoFence:       "this session has no fence context: call fence_acquire or set the fence variables",
+		audit.LeaseMissing:  "the lease does not exist",
+	}[v.reason]
+	return fmt.Sprintf("fenceproxy: stale write to %s rejected under lease '%s': %s", v.table, v.lease, why)
+}
+
+func tokenString(t *uint64) string {
+	if t == nil {
+		return "none"
+	}
+	return strconv.FormatUint(*t, 10)
+}
+
+// classify reads the lease behind fence f on the client's own connection
+// (its variables live there) and says whether the fence holds. locking
+// reads the latest committed lease row, as the fenced write did.
+func (c *clientConn) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
+	seen := map[string]bool{}
+	for _, tg := range f.Targets {
+		sql := lease.VerdictSQL(leaseSpec(rt.policy, tg), c.guardEngine(), locking)
+		if seen[sql] {
+			continue
+		}
+		seen[sql] = true
+		rows, err := c.backendQuery(sql)
+		if err != nil {
+			if be, ok := err.(*backendError); ok && locking && be.code == erConflict {
+				// A deadlock rolled the transaction back: that is no
+				// verdict on the lease.
+				return verdict{}, err
+			}
+			if _, ok := err.(*backendError); ok {
+				// The lease table is unreadable: the write cannot have
+				// passed its fence either.
+				v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease, reason: audit.LeaseMissing}
+				c.log.Warn("lease check failed", "table", v.table, "err", err)
+				return v, nil
+			}
+			return verdict{}, err
+		}
+		lv, valid := lease.ReadVerdict(toFields(rows))
+		if !valid {
+			return verdict{}, c.backend.sideErr(malformed("lease check returned %d rows", len(rows)))
+		}
+		if v := verdictOf(lv, tg); v.rejected() {
+			return v, nil
+		}
+	}
+	return verdict{}, nil
+}
+
+// leaseSpec is the lease check of a protected write's target.
+func leaseSpec(pol *policy.Policy, tg rewrite.Target) lease.GuardSpec {
+	schema, table := pol.LeaseTableFor(tg.Schema)
+	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol)}
+}
+
+// verdictOf is the proxy's verdict for target tg from what the lease
+// package read.
+func verdictOf(lv lease.Verdict, tg rewrite.Target) verdict {
+	v := verdict{reason: string(lv.Reason), lease: tg.Lease, table: tg.Schema + "." + tg.Table,
+		presentedOwner: lv.PresentedOwner, presentedToken: lv.PresentedToken, currentToken: lv.CurrentToken}
+	if tg.Lease == "" {
+		v.lease = lv.Lease
+	}
+	return v
+}
