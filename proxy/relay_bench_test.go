@@ -162,7 +162,7 @@ func benchProxy(b *testing.B, backend, extra string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	}
 	defer auditLog.Close()
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := proxy.Listen(cfg.Listen)
 	if err != nil {
 		return err
 	}
