@@ -38,10 +38,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.cmdSeq = seq
-	c.seqDelta = 0
-	c.respStarted = false
-	c.lastWasErr = false
+	c.x.begin(seq)
 	c.cmdLimit = 0
 	if seq != 0 {
 		// What the server itself does: this ERR, then the connection ends.
@@ -174,7 +171,7 @@ func (c *clientConn) comChangeUser() error {
 	if err := c.backend.flush(); err != nil {
 		return err
 	}
-	c.respStarted = true
+	c.x.started = true
 	ok, err := c.relayAuth(0, 0, cu.plugin)
 	if err != nil {
 		return err
@@ -248,9 +245,9 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 	case mysql.COM_STMT_SEND_LONG_DATA:
 		return nil // lease function arguments are short; long data is not used
 	}
-	c.respStarted = true
+	c.x.started = true
 	ok := append([]byte{mysql.OK_HEADER, 0, 0}, byte(c.status), byte(c.status>>8), 0, 0)
-	if _, err := c.client.writePacket(c.cmdSeq+1, ok); err != nil {
+	if _, err := c.client.writePacket(c.x.cmdSeq+1, ok); err != nil {
 		return err
 	}
 	return c.client.flush()

@@ -79,17 +79,9 @@ type clientConn struct {
 	named      map[string]*preparedStmt // SQL-level PREPARE names
 
 	// per command
-	cmdSeq      byte // sequence number of the client's last command packet
-	seqDelta    byte // added to backend sequence numbers on the way to the client
-	respStarted bool // some of the response already went to the client
-	lastWasErr  bool // the response so far ended with an ERR
-	cmdLimit    int  // longest statement text forwardCommand may relay (0: any)
-	forceMore   bool // mark the end of this response "more results follow" (see runOneByOne)
-	held        []byte
-	heldSeq     byte
-	heldEOF     bool   // held is an EOF packet (ends a result set, without CLIENT_DEPRECATE_EOF), not an OK
-	holdEnd     bool   // hold the response's final OK or result set terminator in held (see guardedWrite)
-	buf         []byte // scratch for commands too large to peek in place
+	x        exchange // the framing of the command's response (exchange.go)
+	cmdLimit int      // longest statement text forwardCommand may relay (0: any)
+	buf      []byte   // scratch for commands too large to peek in place
 
 	// between commands: see waitCommand and wake
 	mu         sync.Mutex
@@ -292,7 +284,7 @@ func (c *clientConn) close() {
 // after that, the only honest signal is closing the connection.
 func (c *clientConn) abortCommand(err error) {
 	var ce *connError
-	if errors.As(err, &ce) && ce.side == backendSide && !c.respStarted {
+	if errors.As(err, &ce) && ce.side == backendSide && !c.x.started {
 		c.sendError(crServerLost, "HY000", "fenceproxy: lost connection to the backend: "+ce.err.Error())
 		c.client.flush()
 	}
@@ -312,24 +304,6 @@ func (c *clientConn) logEnd(err error, phase string) {
 	default:
 		c.log.Info("connection closed", "phase", phase, "err", err)
 	}
-}
-
-// sendError writes an ERR packet as the response to the current command.
-func (c *clientConn) sendError(code uint16, state, msg string) error {
-	seq := c.nextSeq()
-	c.respStarted = true
-	c.lastWasErr = true
-	_, err := c.client.writePacket(seq, errPayload(code, state, msg))
-	return err
-}
-
-// nextSeq is the sequence number of the next packet to the client: one past
-// the client's command, or past what the proxy already sent of the response.
-func (c *clientConn) nextSeq() byte {
-	if c.respStarted {
-		return c.client.lastOut + 1
-	}
-	return c.cmdSeq + 1
 }
 
 func isTimeout(err error) bool {

@@ -190,8 +190,8 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 	}
 	// The transaction is the proxy's: it ends with this command.
 	defer func() { c.fenced = nil }()
-	c.holdEnd = true
-	defer func() { c.holdEnd = false }()
+	c.x.holdEnd = true
+	defer func() { c.x.holdEnd = false }()
 	if err := send(); err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 	if err := c.relayResults(t); err != nil {
 		return err
 	}
-	c.holdEnd = false
+	c.x.holdEnd = false
 	_, cerr := c.readOwn()
 	if cerr != nil {
 		be, ok := cerr.(*backendError)
@@ -213,14 +213,14 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		}
 		// Nothing was committed: the client gets the COMMIT's error in
 		// place of the write's success (after its rows, for RETURNING).
-		c.held = nil
+		c.x.held.p = nil
 		c.statusStale = true
 		if err := c.noteError(be.code); err != nil {
 			return err
 		}
 		return c.sendError(be.code, be.state, be.msg)
 	}
-	if c.held == nil {
+	if c.x.held.p == nil {
 		return nil // the write failed, and its ERR went out already
 	}
 	return c.writeHeldAs(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
@@ -360,41 +360,10 @@ func (c *clientConn) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) err
 		return c.sendError(erSignal, "45000", v.message())
 	}
 	c.auditStale(rt, f, v, "zero_rows")
-	st := c.status &^ mysql.SERVER_MORE_RESULTS_EXISTS
-	if c.forceMore {
-		st |= mysql.SERVER_MORE_RESULTS_EXISTS
-	}
-	ok := binary.LittleEndian.AppendUint16([]byte{mysql.OK_HEADER, 0, 0}, st)
+	ok := binary.LittleEndian.AppendUint16([]byte{mysql.OK_HEADER, 0, 0}, c.x.endStatus(c.status))
 	ok = append(ok, 0, 0)
 	seq := c.nextSeq()
-	c.respStarted = true
+	c.x.started = true
 	_, err := c.client.writePacket(seq, ok)
-	return err
-}
-
-// writeHeldAs writes the held final packet of a guarded write with the
-// status bits in clear removed (and "more results" set when the proxy runs
-// a packet's statements one by one).
-func (c *clientConn) writeHeldAs(clear uint16) error {
-	p := c.held
-	c.held = nil
-	off := 3 // EOF: header, warnings, status
-	if !c.heldEOF {
-		ok, valid := parseOK(p)
-		if !valid {
-			return c.backend.sideErr(malformed("held OK packet"))
-		}
-		off = ok.infoOff - 4
-	}
-	if len(p) < off+2 {
-		return c.backend.sideErr(malformed("held packet"))
-	}
-	st := binary.LittleEndian.Uint16(p[off:]) &^ clear
-	if c.forceMore {
-		st |= mysql.SERVER_MORE_RESULTS_EXISTS
-	}
-	binary.LittleEndian.PutUint16(p[off:], st)
-	c.respStarted = true
-	_, err := c.client.writePacket(c.heldSeq+c.seqDelta, p)
 	return err
 }

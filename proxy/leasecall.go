@@ -66,8 +66,8 @@ func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) erro
 	ok = binary.LittleEndian.AppendUint16(ok, uint16(len(cols)))
 	ok = binary.LittleEndian.AppendUint16(ok, uint16(params))
 	ok = append(ok, 0, 0, 0) // filler, warnings
-	c.respStarted = true
-	seq, err := c.client.writePacket(c.cmdSeq+1, ok)
+	c.x.started = true
+	seq, err := c.client.writePacket(c.x.cmdSeq+1, ok)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
-
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
@@ -38,8 +36,8 @@ func (c *clientConn) forwardCommand() error {
 // relayPacket copies one backend packet to the client with the command's
 // sequence offset.
 func (c *clientConn) relayPacket() (int, error) {
-	c.respStarted = true
-	n, _, err := copyPacket(c.client, c.backend, c.seqDelta)
+	c.x.started = true
+	n, _, err := copyPacket(c.client, c.backend, c.x.delta)
 	return n, err
 }
 
@@ -77,7 +75,7 @@ type resultHook interface {
 	// okPacket is called for every OK packet that ends a statement, before
 	// it is written. It may return a replacement payload (same sequence
 	// number), or hold=true for the final packet of the response, which is
-	// then copied to c.held instead of being written.
+	// then copied to c.x.held.p instead of being written.
 	okPacket(payload []byte, ok okPacket, final bool) (replace []byte, hold bool)
 	// result is called for every result, in order.
 	result(r result)
@@ -110,12 +108,12 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			if hook != nil {
 				replace, hold := hook.okPacket(payload, ok, !more)
 				switch {
-				case (hold || c.holdEnd) && !more:
+				case (hold || c.x.holdEnd) && !more:
 					c.holdBackendPacket(n)
 				case replace != nil:
 					_, seq, _ := c.backend.peekHeader()
-					c.respStarted = true
-					if _, err := c.client.writePacket(seq+c.seqDelta, replace); err != nil {
+					c.x.started = true
+					if _, err := c.client.writePacket(seq+c.x.delta, replace); err != nil {
 						return err
 					}
 					c.takeBackendPacket(n)
@@ -135,7 +133,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 			if hook != nil {
 				hook.result(result{isErr: true, err: parseErr(payload)})
 			}
-			c.lastWasErr = true
+			c.x.lastErr = true
 			c.statusStale = true
 			if code := parseErr(payload).code; c.fenced != nil && c.engineConflict(code) {
 				return c.relayConflict(n, code)
@@ -187,8 +185,8 @@ func (c *clientConn) relayConflict(n int, code uint16) error {
 	if err := c.noteError(code); err != nil {
 		return err
 	}
-	c.respStarted = true
-	_, err = c.client.writePacket(seq+c.seqDelta, p)
+	c.x.started = true
+	_, err = c.client.writePacket(seq+c.x.delta, p)
 	return err
 }
 
@@ -251,18 +249,18 @@ func (c *clientConn) relayRows() (uint16, error) {
 					return 0, c.backend.sideErr(malformed("result set terminator"))
 				}
 				c.noteStatus(st)
-				if c.holdEnd && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+				if c.x.holdEnd && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
 					c.holdBackendPacket(n)
-					c.heldEOF = !c.deprecateEOF
+					c.x.held.eof = !c.deprecateEOF
 					return st, nil
 				}
-				if c.forceMore && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+				if c.x.more && st&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
 					return st, c.relayWithMore(full, n)
 				}
 				_, err = c.relayPacket()
 				return st, err
 			case mysql.ERR_HEADER:
-				c.lastWasErr = true
+				c.x.lastErr = true
 				c.statusStale = true
 				_, err := c.relayPacket()
 				return 0, err
@@ -291,7 +289,7 @@ func (c *clientConn) relayLocalInfile() error {
 		return err
 	}
 	for {
-		n, _, err := copyPacket(c.backend, c.client, -c.seqDelta)
+		n, _, err := copyPacket(c.backend, c.client, -c.x.delta)
 		if err != nil {
 			return err
 		}
@@ -357,23 +355,4 @@ func (c *clientConn) relayOne() (isOK bool, err error) {
 	}
 	_, err = c.relayPacket()
 	return isOK, err
-}
-
-// relayWithMore relays a result set's final terminator (pkt, payload of n
-// bytes, peeked) with SERVER_MORE_RESULTS_EXISTS set: the proxy runs the
-// next statement of the client's packet itself.
-func (c *clientConn) relayWithMore(pkt []byte, n int) error {
-	out := append([]byte(nil), pkt[headerLen:]...)
-	if c.deprecateEOF {
-		if ok, valid := parseOK(out); valid {
-			binary.LittleEndian.PutUint16(out[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
-		}
-	} else {
-		binary.LittleEndian.PutUint16(out[3:], binary.LittleEndian.Uint16(out[3:])|mysql.SERVER_MORE_RESULTS_EXISTS)
-	}
-	seq := pkt[3] + c.seqDelta
-	c.takeBackendPacket(n)
-	c.respStarted = true
-	_, err := c.client.writePacket(seq, out)
-	return err
 }

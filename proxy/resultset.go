@@ -65,8 +65,8 @@ func (c *clientConn) writeColumns(seq byte, cols []column) (byte, error) {
 // writeResultSet answers the current command with a complete result set in
 // the text or the binary protocol.
 func (c *clientConn) writeResultSet(cols []column, rows [][]value, binaryRows bool) error {
-	c.respStarted = true
-	seq := c.cmdSeq + 1
+	c.x.started = true
+	seq := c.x.cmdSeq + 1
 	seq, err := c.client.writePacket(seq, mysql.AppendLengthEncodedInteger(nil, uint64(len(cols))))
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ func (c *clientConn) readCommand(limit int) (payload []byte, inPlace bool, err e
 	if ok {
 		return pkt[headerLen:], true, nil
 	}
-	payload, c.cmdSeq, err = c.client.readPacket(c.buf[:0], limit+1)
+	payload, c.x.cmdSeq, err = c.client.readPacket(c.buf[:0], limit+1)
 	if errors.Is(err, errTooLarge) {
 		// As a server past max_allowed_packet: the error, then the end of
 		// the connection.
@@ -70,7 +70,7 @@ func (c *clientConn) sendRewritten(cmd byte, sql []byte) error {
 	if err != nil {
 		return err
 	}
-	c.seqDelta = c.cmdSeq - (next - 1)
+	c.x.align(next, c.x.cmdSeq+1)
 	return c.backend.flush()
 }
 

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
-
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/policy"
@@ -26,7 +24,7 @@ type tracker struct {
 	pos    int  // statement whose result comes next
 	single bool // the packet holds one statement: its final OK may be held back
 	checks []pendingCheck
-	held   *pendingCheck // the check whose OK is held in c.held
+	held   *pendingCheck // the check whose OK is held in c.x.held.p
 }
 
 type pendingCheck struct {
@@ -63,7 +61,7 @@ func (t *tracker) enforcing() bool { return t.rt.policy.Mode != modeShadow }
 func (t *tracker) okPacket(payload []byte, ok okPacket, final bool) ([]byte, bool) {
 	st := t.current()
 	if st == nil {
-		return t.patchMore(payload, ok, final), false
+		return t.patchMore(payload, final), false
 	}
 	// A lone fenced write's 0-row OK waits for the lease check: it becomes
 	// ERR 1644 under on_stale: error, and the check's own failure (a
@@ -73,17 +71,17 @@ func (t *tracker) okPacket(payload []byte, ok okPacket, final bool) ([]byte, boo
 		t.held = &pendingCheck{fence: f, pos: t.pos}
 		return nil, true
 	}
-	return t.patchMore(payload, ok, final), false
+	return t.patchMore(payload, final), false
 }
 
-// patchMore sets SERVER_MORE_RESULTS_EXISTS on the final OK when the proxy
-// runs a multi-statement packet one statement at a time.
-func (t *tracker) patchMore(payload []byte, ok okPacket, final bool) []byte {
-	if !final || !t.c.forceMore {
+// patchMore is the final OK with "more results" set when the proxy runs a
+// multi-statement packet one statement at a time, nil when it goes as it is.
+func (t *tracker) patchMore(payload []byte, final bool) []byte {
+	if !final || !t.c.x.more {
 		return nil
 	}
 	out := append([]byte(nil), payload...)
-	binary.LittleEndian.PutUint16(out[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
+	t.c.x.markEnd(out, false, 0)
 	return out
 }
 
@@ -194,7 +192,7 @@ func (t *tracker) finish() error {
 		if be, ok := err.(*backendError); ok && be.code == erConflict {
 			// The check's locking read was chosen as a deadlock's victim:
 			// the transaction, this write with it, was rolled back.
-			c.held = nil
+			c.x.held.p = nil
 			if err := c.auditConflict(t.rt, t.held.fence, verdict{}, be.code); err != nil {
 				return err
 			}
@@ -206,7 +204,7 @@ func (t *tracker) finish() error {
 		switch {
 		case v.rejected() && t.rt.policy.OnStale == onStaleError:
 			c.auditStale(t.rt, t.held.fence, v, "error")
-			c.held = nil
+			c.x.held.p = nil
 			return c.sendError(erSignal, "45000", v.message())
 		case v.rejected():
 			c.auditStale(t.rt, t.held.fence, v, "zero_rows")
@@ -240,7 +238,7 @@ func (t *tracker) finish() error {
 // there were no warnings to keep). Only a packet's last statement leaves
 // its ROW_COUNT() to the next one.
 func (t *tracker) restoreRowCount(pos int) error {
-	if pos != len(t.stmts)-1 || t.c.lastWasErr {
+	if pos != len(t.stmts)-1 || t.c.x.lastErr {
 		return nil
 	}
 	_, err := t.c.backendExec("DO 0")
@@ -269,42 +267,19 @@ func (c *clientConn) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
 	return nil
 }
 
-// holdBackendPacket copies the backend's next packet (payload of n bytes)
-// into c.held instead of relaying it.
-func (c *clientConn) holdBackendPacket(n int) {
-	pkt, _ := c.backend.r.Peek(headerLen + n)
-	c.heldEOF = false
-	c.heldSeq = pkt[3]
-	c.held = append(c.held[:0], pkt[headerLen:]...)
-	c.takeBackendPacket(n)
-}
-
-func (c *clientConn) writeHeld() error {
-	p := c.held
-	c.held = nil
-	if c.forceMore {
-		if ok, valid := parseOK(p); valid {
-			binary.LittleEndian.PutUint16(p[ok.infoOff-4:], ok.status|mysql.SERVER_MORE_RESULTS_EXISTS)
-		}
-	}
-	c.respStarted = true
-	_, err := c.client.writePacket(c.heldSeq+c.seqDelta, p)
-	return err
-}
-
 // runOneByOne runs a multi-statement packet holding a protected write one
 // statement at a time: each guarded write needs its guard just before it,
 // and under on_stale: error a rejected write ends the packet with its ERR
 // exactly where the server would have stopped after an error, so later
 // statements never run.
 func (c *clientConn) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
-	next := c.cmdSeq + 1 // the client's next expected sequence number
-	defer func() { c.forceMore = false }()
+	next := c.x.cmdSeq + 1 // the client's next expected sequence number
+	defer func() { c.x.more = false }()
 	for i := range stmts {
 		st := stmts[i]
 		last := i == len(stmts)-1
-		c.forceMore = !last
-		c.seqDelta = next - 1
+		c.x.more = !last
+		c.x.align(1, next) // each statement goes out as one packet: its response starts at 1
 		text := sql[st.Span[0]:st.Span[1]]
 		send := func() error {
 			if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, text); err != nil {
@@ -328,7 +303,7 @@ func (c *clientConn) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) 
 		if err := t.finish(); err != nil {
 			return err
 		}
-		if c.lastWasErr {
+		if c.x.lastErr {
 			return nil
 		}
 		next = c.client.lastOut + 1

@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"encoding/binary"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// exchange is the framing of the current command's response to the client:
+// the sequence numbers of what goes out, how far the response got, and how
+// its end is marked. The fencing layer never writes packets of its own
+// around it: it asks for the end to say "more results follow" (more: the
+// proxy runs the client's packet one statement at a time) or to be held
+// back (holdEnd: a guarded write's own transaction must commit first).
+type exchange struct {
+	cmdSeq  byte // sequence number of the client's last command packet
+	delta   byte // added to backend sequence numbers on the way to the client
+	started bool // some of the response already went to the client
+	lastErr bool // the response so far ended with an ERR
+	// more: the end of this response says SERVER_MORE_RESULTS_EXISTS, for
+	// the proxy sends the next statement of the client's packet itself
+	// (see runOneByOne).
+	more bool
+	// holdEnd: the response's final OK or result set terminator goes to
+	// held instead of the client (see guardedWrite).
+	holdEnd bool
+	held    heldPacket
+}
+
+// heldPacket is the final packet of a response, kept back from the client.
+type heldPacket struct {
+	p   []byte // payload; nil: nothing held
+	seq byte   // its backend sequence number
+	eof bool   // an EOF packet (a result set's end without CLIENT_DEPRECATE_EOF), not an OK
+}
+
+// begin starts the exchange of a command whose first packet has sequence
+// number seq. more, holdEnd and held are reset by whoever set them.
+func (x *exchange) begin(seq byte) { x.cmdSeq, x.delta, x.started, x.lastErr = seq, 0, false, false }
+
+// align makes the backend's packet with sequence number backendFirst reach
+// the client as clientFirst, and those after it in step: the proxy sent the
+// backend other packets than the client sent it.
+func (x *exchange) align(backendFirst, clientFirst byte) { x.delta = clientFirst - backendFirst }
+
+// endStatus is the status flags the end of the response carries: the
+// server's, with SERVER_MORE_RESULTS_EXISTS as the exchange says.
+func (x *exchange) endStatus(st uint16) uint16 {
+	st &^= mysql.SERVER_MORE_RESULTS_EXISTS
+	if x.more {
+		st |= mysql.SERVER_MORE_RESULTS_EXISTS
+	}
+	return st
+}
+
+// markEnd rewrites in place the status flags of p, the payload of the
+// response's final OK (or EOF packet, when eof), to endStatus with the bits
+// in clear removed. It reports false when p is not such a packet.
+func (x *exchange) markEnd(p []byte, eof bool, clear uint16) bool {
+	off := 3 // EOF: header, warnings, status
+	if !eof {
+		ok, valid := parseOK(p)
+		if !valid {
+			return false
+		}
+		off = ok.infoOff - 4
+	}
+	if len(p) < off+2 {
+		return false
+	}
+	binary.LittleEndian.PutUint16(p[off:], x.endStatus(binary.LittleEndian.Uint16(p[off:])&^clear))
+	return true
+}
+
+// nextSeq is the sequence number of the next packet to the client: one past
+// the client's command, or past what the proxy already sent of the response.
+func (c *clientConn) nextSeq() byte {
+	if c.x.started {
+		return c.client.lastOut + 1
+	}
+	return c.x.cmdSeq + 1
+}
+
+// sendError writes an ERR packet as the response to the current command.
+func (c *clientConn) sendError(code uint16, state, msg string) error {
+	seq := c.nextSeq()
+	c.x.started = true
+	c.x.lastErr = true
+	_, err := c.client.writePacket(seq, errPayload(code, state, msg))
+	return err
+}
+
+// holdBackendPacket copies the backend's next packet (payload of n bytes)
+// into the held packet instead of relaying it.
+func (c *clientConn) holdBackendPacket(n int) {
+	pkt, _ := c.backend.r.Peek(headerLen + n)
+	c.x.held.eof = false
+	c.x.held.seq = pkt[3]
+	c.x.held.p = append(c.x.held.p[:0], pkt[headerLen:]...)
+	c.takeBackendPacket(n)
+}
+
+// writeHeld writes the held OK of a fenced write whose lease check passed,
+// marked as the end of the response.
+func (c *clientConn) writeHeld() error {
+	p := c.x.held.p
+	c.x.held.p = nil
+	if c.x.more {
+		c.x.markEnd(p, false, 0)
+	}
+	c.x.started = true
+	_, err := c.client.writePacket(c.x.held.seq+c.x.delta, p)
+	return err
+}
+
+// writeHeldAs writes the held final packet of a guarded write marked as
+// the end of the response, with the status bits in clear removed.
+func (c *clientConn) writeHeldAs(clear uint16) error {
+	p := c.x.held.p
+	c.x.held.p = nil
+	if !c.x.markEnd(p, c.x.held.eof, clear) {
+		return c.backend.sideErr(malformed("held packet"))
+	}
+	c.x.started = true
+	_, err := c.client.writePacket(c.x.held.seq+c.x.delta, p)
+	return err
+}
+
+// relayWithMore relays a result set's final terminator (pkt, payload of n
+// bytes, peeked) marked "more results follow": the proxy runs the next
+// statement of the client's packet itself.
+func (c *clientConn) relayWithMore(pkt []byte, n int) error {
+	out := append([]byte(nil), pkt[headerLen:]...)
+	c.x.markEnd(out, !c.deprecateEOF, 0)
+	seq := pkt[3] + c.x.delta
+	c.takeBackendPacket(n)
+	c.x.started = true
+	_, err := c.client.writePacket(seq, out)
+	return err
+}
