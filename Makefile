@@ -3,7 +3,7 @@
 # binary is found), `make bench` runs the benchmarks.
 GO ?= go
 
-.PHONY: build test vet bench bench-sysbench demo clean
+.PHONY: build test vet bench bench-sysbench bench-table demo clean
 
 build:
 	$(GO) build -o bin/fenceproxy ./cmd/fenceproxy
@@ -20,6 +20,10 @@ bench:
 
 bench-sysbench:
 	./integration/bench/sysbench.sh
+
+# The README's Benchmarks tables (about 15 minutes).
+bench-table:
+	./integration/bench/table.sh --rounds 5
 
 demo: build
 	./bin/fenceproxy demo
