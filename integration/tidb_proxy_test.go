@@ -219,7 +219,8 @@ func TestTiDBProxyOpenTransactions(t *testing.T) {
 				t.Fatalf("%d conflict audit records, want %d", len(recs), before+1)
 			}
 			r := recs[len(recs)-1]
-			if r.Lease != lname || r.Table != p.db+".items" || r.PresentedToken == nil || *r.PresentedToken != 1 || r.Outcome != "error" {
+			if r.Lease != lname || r.Table != p.db+".items" || r.PresentedToken == nil || *r.PresentedToken != 1 || r.Outcome != "error" ||
+				r.PresentedOwner != ownerHash("owner-A") || r.Schema != p.db || r.Digest == "" || r.Mode != "enforce" {
 				t.Errorf("conflict record: %+v", r)
 			}
 			if got := p.rejectedMetric(t, audit.Conflict) - beforeMetric; got != 1 {
