@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -296,6 +297,86 @@ func TestGaleraProxyConflictAudit(t *testing.T) {
 				t.Fatalf("%d audit records for one conflict: %+v", len(recs), recs)
 			}
 			checkConflictRecord(t, recs[0], l.Name, g.db+"."+tc.table, l.Owner, l.Token, g.db)
+		})
+	}
+}
+
+// guardRunning reports whether a Galera guard (the write-counter UPDATE)
+// of the app account is executing on db's server.
+func guardRunning(t *testing.T, db *sql.DB) bool {
+	t.Helper()
+	return queryString(t, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ? AND INFO LIKE 'UPDATE %fenced_job_leases%fence_writes%'", dbserver.AppUser) != "0"
+}
+
+// A fenced write on Galera whose guard waits for the lease row (another
+// open fenced transaction of the lease on the same node holds its lock)
+// never hangs through the proxy: when the server gives up
+// (innodb_lock_wait_timeout) the client gets the server's 1205 on a
+// connection that stays usable and nothing is written; and a shutdown
+// (SIGTERM) force-closes such a write at its deadline instead of waiting
+// for the server.
+func TestGaleraProxyBlockedWrite(t *testing.T) {
+	cases := []struct {
+		name     string
+		lockWait int  // the blocked session's innodb_lock_wait_timeout, s
+		shutdown bool // shut the proxy down while the write waits
+	}{
+		{"lock wait timeout reaches the client", 1, false},
+		{"shutdown force-closes the waiting write", 120, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGaleraEnv(t)
+			l := g.acquire(t, "invoice:blocked", time.Hour)
+			holder := g.session(t)
+			setFence(t, holder, l)
+			mustExec(t, holder, "START TRANSACTION")
+			mustExec(t, holder, "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-01', 1)")
+			a := g.session(t)
+			setFence(t, a, l)
+			mustExec(t, a, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", tc.lockWait))
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, err := a.ExecContext(context.Background(), "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-02', 2)")
+				done <- err
+			}()
+			if tc.shutdown {
+				// The holder's guard has ended: a guard running now is the
+				// blocked write's, waiting for the lease row.
+				eventually(t, 20*time.Second, "the write's guard to wait for the lease row", func() bool { return guardRunning(t, g.node1) })
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				if err := g.proxy.Proxy.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "force-closed") {
+					t.Errorf("Shutdown with a write waiting: %v, want a report of force-closed connections", err)
+				}
+			}
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the blocked write got no answer in 60 s")
+			}
+			took := time.Since(start)
+			switch {
+			case !tc.shutdown && errCode(err) != 1205:
+				t.Fatalf("blocked write: %v, want the server's 1205", err)
+			case tc.shutdown && err == nil:
+				t.Fatalf("blocked write completed although the proxy was shut down")
+			case took > 5*time.Second+time.Duration(tc.lockWait)*time.Second && !tc.shutdown, tc.shutdown && took > 10*time.Second:
+				t.Errorf("the blocked write took %v to be answered", took)
+			}
+			if !tc.shutdown {
+				if _, err := a.ExecContext(context.Background(), "DO 1"); err != nil {
+					t.Errorf("the connection after the 1205: %v", err)
+				}
+			}
+			if !tc.shutdown {
+				mustExec(t, holder, "ROLLBACK")
+			}
+			if n := queryString(t, g.node2, "SELECT COUNT(*) FROM invoices WHERE period = '2026-02'"); n != "0" {
+				t.Errorf("the blocked write left %s rows", n)
+			}
 		})
 	}
 }
