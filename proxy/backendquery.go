@@ -47,48 +47,14 @@ func (c *clientConn) queueOwn(sql string) error {
 }
 
 // readOwn reads the response to a statement of the proxy's own: the rows of
-// its first result set (nil for an OK), or a *backendError for an ERR.
+// its first result set that has rows (nil for an OK), or a *backendError
+// for an ERR. ownAffected takes the affected rows of its OKs.
 func (c *clientConn) readOwn() ([][]value, error) {
-	var rows [][]value
-	var firstErr error
-	for {
-		p, _, err := c.backend.readPacket(nil, maxWholePacket)
-		if err != nil {
-			return nil, err
-		}
-		if len(p) == 0 {
-			return nil, c.backend.sideErr(malformed("empty response packet"))
-		}
-		more := false
-		switch p[0] {
-		case mysql.OK_HEADER:
-			ok, valid := parseOK(p)
-			if !valid {
-				return nil, c.backend.sideErr(malformed("OK packet"))
-			}
-			c.noteStatus(ok.status)
-			c.ownAffected = ok.affectedRows
-			more = ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0
-		case mysql.ERR_HEADER:
-			c.statusStale = true
-			if firstErr == nil {
-				firstErr = &backendError{parseErr(p)}
-			}
-		default:
-			cols, _, _ := lenEnc(p)
-			st, r, err := c.readRows(int(cols))
-			if err != nil {
-				return nil, err
-			}
-			if rows == nil {
-				rows = r
-			}
-			more = st&mysql.SERVER_MORE_RESULTS_EXISTS != 0
-		}
-		if !more {
-			return rows, firstErr
-		}
+	o := ownReader{c: c}
+	if err := c.walkResponse(&o); err != nil {
+		return nil, err
 	}
+	return o.rows, o.firstErr
 }
 
 // backendExec runs a statement of the proxy's own that returns no rows on
@@ -100,71 +66,9 @@ func (c *clientConn) backendExec(sql string) (uint64, error) {
 	if err := c.backend.flush(); err != nil {
 		return 0, err
 	}
-	p, _, err := c.backend.readPacket(nil, maxWholePacket)
-	if err != nil {
+	e := execReader{ownReader{c: c}}
+	if err := c.walkResponse(&e); err != nil {
 		return 0, err
 	}
-	switch {
-	case len(p) > 0 && p[0] == mysql.OK_HEADER:
-		ok, valid := parseOK(p)
-		if !valid {
-			return 0, c.backend.sideErr(malformed("OK packet"))
-		}
-		c.noteStatus(ok.status)
-		if ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0 {
-			return 0, c.backend.sideErr(malformed("unexpected further results"))
-		}
-		return ok.affectedRows, nil
-	case len(p) > 0 && p[0] == mysql.ERR_HEADER:
-		c.statusStale = true
-		return 0, &backendError{parseErr(p)}
-	}
-	return 0, c.backend.sideErr(malformed("statement returned rows"))
-}
-
-// readRows reads a text result set after its column-count packet.
-func (c *clientConn) readRows(cols int) (uint16, [][]value, error) {
-	skip := cols
-	if !c.deprecateEOF {
-		skip++
-	}
-	for i := 0; i < skip; i++ {
-		if _, _, err := c.backend.readPacket(nil, maxWholePacket); err != nil {
-			return 0, nil, err
-		}
-	}
-	var rows [][]value
-	for {
-		p, _, err := c.backend.readPacket(nil, maxWholePacket)
-		if err != nil {
-			return 0, nil, err
-		}
-		if len(p) > 0 && isTerminator(p[0], len(p)) {
-			st, valid := eofStatus(p, c.deprecateEOF)
-			if !valid {
-				return 0, nil, c.backend.sideErr(malformed("result set terminator"))
-			}
-			c.noteStatus(st)
-			return st, rows, nil
-		}
-		if len(p) > 0 && p[0] == mysql.ERR_HEADER {
-			c.statusStale = true
-			return 0, rows, &backendError{parseErr(p)}
-		}
-		row := make([]value, 0, cols)
-		for i := 0; i < cols; i++ {
-			v, n, null := lenEnc(p)
-			if n == 0 || (!null && uint64(len(p)-n) < v) {
-				return 0, nil, c.backend.sideErr(malformed("row"))
-			}
-			if null {
-				row = append(row, value{null: true})
-				p = p[n:]
-				continue
-			}
-			row = append(row, value{s: string(p[n : n+int(v)])})
-			p = p[n+int(v):]
-		}
-		rows = append(rows, row)
-	}
+	return e.affected, e.firstErr
 }

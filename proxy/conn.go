@@ -80,6 +80,7 @@ type clientConn struct {
 
 	// per command
 	x        exchange // the framing of the command's response (exchange.go)
+	relay    relayer  // relays the command's response (response.go)
 	cmdLimit int      // longest statement text forwardCommand may relay (0: any)
 	buf      []byte   // scratch for commands too large to peek in place
 
