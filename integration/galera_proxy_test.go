@@ -312,17 +312,20 @@ func guardRunning(t *testing.T, db *sql.DB) bool {
 // open fenced transaction of the lease on the same node holds its lock)
 // never hangs through the proxy: when the server gives up
 // (innodb_lock_wait_timeout) the client gets the server's 1205 on a
-// connection that stays usable and nothing is written; and a shutdown
+// connection that stays usable and nothing is written; a shutdown
 // (SIGTERM) force-closes such a write at its deadline instead of waiting
-// for the server.
+// for the server; and when its backend connection dies (KILL CONNECTION
+// on the node) the client gets a MySQL error (2013) at once.
 func TestGaleraProxyBlockedWrite(t *testing.T) {
 	cases := []struct {
 		name     string
 		lockWait int  // the blocked session's innodb_lock_wait_timeout, s
 		shutdown bool // shut the proxy down while the write waits
+		kill     bool // kill the write's backend connection while it waits
 	}{
-		{"lock wait timeout reaches the client", 1, false},
-		{"shutdown force-closes the waiting write", 120, true},
+		{"lock wait timeout reaches the client", 1, false, false},
+		{"shutdown force-closes the waiting write", 120, true, false},
+		{"a killed backend connection reaches the client", 120, false, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -341,10 +344,16 @@ func TestGaleraProxyBlockedWrite(t *testing.T) {
 				_, err := a.ExecContext(context.Background(), "INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-02', 2)")
 				done <- err
 			}()
-			if tc.shutdown {
+			if tc.shutdown || tc.kill {
 				// The holder's guard has ended: a guard running now is the
 				// blocked write's, waiting for the lease row.
 				eventually(t, 20*time.Second, "the write's guard to wait for the lease row", func() bool { return guardRunning(t, g.node1) })
+			}
+			if tc.kill {
+				id := queryString(t, g.node1, "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? AND INFO LIKE 'UPDATE %fenced_job_leases%fence_writes%'", dbserver.AppUser)
+				mustExec(t, g.node1, "KILL CONNECTION "+id)
+			}
+			if tc.shutdown {
 				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 				defer cancel()
 				if err := g.proxy.Proxy.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "force-closed") {
@@ -359,14 +368,17 @@ func TestGaleraProxyBlockedWrite(t *testing.T) {
 			}
 			took := time.Since(start)
 			switch {
-			case !tc.shutdown && errCode(err) != 1205:
+			case !tc.shutdown && !tc.kill && errCode(err) != 1205:
 				t.Fatalf("blocked write: %v, want the server's 1205", err)
-			case tc.shutdown && err == nil:
-				t.Fatalf("blocked write completed although the proxy was shut down")
-			case took > 5*time.Second+time.Duration(tc.lockWait)*time.Second && !tc.shutdown, tc.shutdown && took > 10*time.Second:
+			case (tc.shutdown || tc.kill) && err == nil:
+				t.Fatalf("blocked write completed although its connection ended")
+			case !tc.shutdown && !tc.kill && took > 5*time.Second+time.Duration(tc.lockWait)*time.Second, (tc.shutdown || tc.kill) && took > 10*time.Second:
 				t.Errorf("the blocked write took %v to be answered", took)
 			}
-			if !tc.shutdown {
+			if tc.kill {
+				t.Logf("the blocked write after its backend connection was killed: %v", err)
+			}
+			if !tc.shutdown && !tc.kill {
 				if _, err := a.ExecContext(context.Background(), "DO 1"); err != nil {
 					t.Errorf("the connection after the 1205: %v", err)
 				}
