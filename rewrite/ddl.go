@@ -46,6 +46,11 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 				}
 			}
 		}
+		for _, spec := range n.Specs {
+			if r, ok := in.unionRefusal(spec.Options); ok {
+				return r
+			}
+		}
 		// EXCHANGE PARTITION ... WITH TABLE protected, and anything else
 		// that names a protected table.
 		if p := in.protectedIn(stmt); p != nil {
@@ -70,6 +75,9 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 				what = "a temporary table with a protected table's name would shadow it; refused"
 			}
 			return refuseP(p, what)
+		}
+		if r, ok := in.unionRefusal(n.Options); ok {
+			return r
 		}
 		return other
 	case *ast.CreateIndexStmt:
@@ -133,4 +141,31 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 		return refuseP(p, "fenceproxy does not know how to fence this kind of statement on a protected table")
 	}
 	return other
+}
+
+// unionRefusal refuses a MERGE table's UNION=(...) that names a protected
+// table or a catalog object: a write to the MERGE table writes them, and
+// the catalog does not read UNION lists (information_schema has none).
+func (in *stmtIn) unionRefusal(opts []*ast.TableOption) (stmtRes, bool) {
+	for _, o := range opts {
+		if o.Tp != ast.TableOptionUnion {
+			continue
+		}
+		for _, tn := range o.TableNames {
+			schema := tn.Schema.O
+			if schema == "" {
+				schema = in.st.schema
+			}
+			name := ""
+			if p := in.protectedName(tn); p != nil {
+				name = qualified(p)
+			} else if f := in.pc.e.fencedRef(schema, tn.Name.O); f != nil {
+				name = f.Schema + "." + f.Name
+			}
+			if name != "" {
+				return in.refuse(name, "a MERGE table over it (UNION=...) would write it without a fence; refused"), true
+			}
+		}
+	}
+	return stmtRes{}, false
 }
