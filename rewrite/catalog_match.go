@@ -1,5 +1,7 @@
 package rewrite
 
+import "encoding/binary"
+
 // nameSet holds the catalog's names for the fast path, which checks the
 // identifiers the lexer reads (it lexes every statement anyway) instead of
 // searching the raw text for each of possibly hundreds of names: one hash
@@ -19,10 +21,10 @@ type nameSet struct {
 	mask  uint64
 	slots []nameSlot
 	wild  []string // names with a byte >= 0x80
-	// lens: bit n set when some name is n bytes long (n < 64; bit 63
-	// stands for every longer name): most identifiers are rejected
-	// before they are hashed.
-	lens uint64
+	// byFirst[c]: bit n set when some name starts with the ASCII letter c
+	// (folded) and is n bytes long (n < 64; bit 63 stands for every
+	// longer name): most identifiers are rejected before they are hashed.
+	byFirst [256]uint64
 }
 
 type nameSlot struct {
@@ -58,7 +60,7 @@ func newNameSet(words []string) *nameSet {
 			continue
 		}
 		ascii = append(ascii, w)
-		s.lens |= lenBit(len(w))
+		s.byFirst[w[0]] |= lenBit(len(w))
 	}
 	n := 8
 	for n < 2*len(ascii) {
@@ -91,8 +93,10 @@ func isASCII(s string) bool {
 }
 
 // identMatters reports whether the identifier token t of sql may name one
-// of the set's names, or cannot be judged here (a byte >= 0x80).
-func (s *nameSet) identMatters(sql []byte, t token) bool {
+// of the set's names, or cannot be judged here (a byte >= 0x80). high: sql
+// has a byte >= 0x80 somewhere (hasHigh); without one, no identifier needs
+// to be searched for such bytes.
+func (s *nameSet) identMatters(sql []byte, t token, high bool) bool {
 	b := sql[t.start:t.end]
 	var q byte
 	if t.kind == tkQuotedIdent {
@@ -100,6 +104,16 @@ func (s *nameSet) identMatters(sql []byte, t token) bool {
 			return true
 		}
 		q, b = b[0], b[1:len(b)-1]
+	}
+	if len(b) == 0 {
+		return false
+	}
+	if high || len(s.wild) > 0 {
+		for _, c := range b {
+			if c >= 0x80 {
+				return true
+			}
+		}
 	}
 	// The name's length: a doubled quote is one byte of it.
 	n := len(b)
@@ -111,31 +125,22 @@ func (s *nameSet) identMatters(sql []byte, t token) bool {
 			}
 		}
 	}
-	if s.lens&lenBit(n) == 0 && len(s.wild) == 0 {
-		// No name this long; a byte >= 0x80 cannot make one either
-		// (one such byte is at most one letter, never several).
-		for _, c := range b {
-			if c >= 0x80 {
-				return true
+	c0 := b[0]
+	if c0 >= 'A' && c0 <= 'Z' {
+		c0 += 'a' - 'A'
+	}
+	if s.byFirst[c0]&lenBit(n) != 0 {
+		h := uint64(fnvOffset)
+		for i := 0; i < len(b); i++ {
+			c := b[i]
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
 			}
+			if q != 0 && c == q && i+1 < len(b) {
+				i++
+			}
+			h = (h ^ uint64(c)) * fnvPrime
 		}
-		return false
-	}
-	h := uint64(fnvOffset)
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c >= 0x80 {
-			return true
-		}
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if q != 0 && c == q && i+1 < len(b) {
-			i++
-		}
-		h = (h ^ uint64(c)) * fnvPrime
-	}
-	if s.lens&lenBit(n) != 0 {
 		for i := h & s.mask; ; i = (i + 1) & s.mask {
 			sl := &s.slots[i]
 			if sl.name == "" {
@@ -148,6 +153,22 @@ func (s *nameSet) identMatters(sql []byte, t token) bool {
 	}
 	for _, w := range s.wild {
 		if wildEq(b, q, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasHigh reports whether text has a byte >= 0x80, eight bytes at a time.
+func hasHigh(text []byte) bool {
+	i := 0
+	for ; i+8 <= len(text); i += 8 {
+		if binary.LittleEndian.Uint64(text[i:])&0x8080808080808080 != 0 {
+			return true
+		}
+	}
+	for ; i < len(text); i++ {
+		if text[i] >= 0x80 {
 			return true
 		}
 	}

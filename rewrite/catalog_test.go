@@ -153,6 +153,8 @@ func TestCatalogFastPath(t *testing.T) {
 		{"SELECT BUMP (1)", nil, false},
 		{"SELECT `bu``mp`(1), bump(1)", nil, false},
 		{"SELECT bÜmp(1)", nil, false},
+		{"SELECT 'é', v_inv FROM t", nil, false},
+		{"SELECT 'é', x FROM t", nil, true},
 		{"SELECT `bümp`(1)", nil, false},
 		{"SELECT res(1)", nil, false},
 		{"SELECT RES(1)", nil, false},

@@ -20,12 +20,13 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 	lx := newLexer(sql, mode, nil)
 	atStart := true
 	cat := e.catSet.any
+	high := cat && hasHigh(sql)
 	for {
 		t, ok := lx.next()
 		if !ok {
 			break
 		}
-		if cat && (t.kind == tkWord || t.kind == tkQuotedIdent) && e.catSet.identMatters(sql, t) {
+		if cat && (t.kind == tkWord || t.kind == tkQuotedIdent) && e.catSet.identMatters(sql, t, high) {
 			return false
 		}
 		if atStart {
