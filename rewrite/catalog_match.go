@@ -159,16 +159,24 @@ func (s *nameSet) identMatters(sql []byte, t token, high bool) bool {
 	return false
 }
 
-// hasHigh reports whether text has a byte >= 0x80, eight bytes at a time.
+// hasHigh reports whether text has a byte >= 0x80, 32 bytes at a time.
 func hasHigh(text []byte) bool {
-	i := 0
-	for ; i+8 <= len(text); i += 8 {
-		if binary.LittleEndian.Uint64(text[i:])&0x8080808080808080 != 0 {
+	for len(text) >= 32 {
+		a := binary.LittleEndian.Uint64(text) | binary.LittleEndian.Uint64(text[8:]) |
+			binary.LittleEndian.Uint64(text[16:]) | binary.LittleEndian.Uint64(text[24:])
+		if a&0x8080808080808080 != 0 {
 			return true
 		}
+		text = text[32:]
 	}
-	for ; i < len(text); i++ {
-		if text[i] >= 0x80 {
+	for len(text) >= 8 {
+		if binary.LittleEndian.Uint64(text)&0x8080808080808080 != 0 {
+			return true
+		}
+		text = text[8:]
+	}
+	for _, c := range text {
+		if c >= 0x80 {
 			return true
 		}
 	}

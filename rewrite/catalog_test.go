@@ -195,3 +195,22 @@ func TestCatalogStaleFastPath(t *testing.T) {
 		t.Errorf("a read with a write keyword in a string left the fast path")
 	}
 }
+
+func TestHasHigh(t *testing.T) {
+	for n := 0; n < 80; n++ {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = 'a'
+		}
+		if hasHigh(b) {
+			t.Fatalf("%d ASCII bytes: hasHigh", n)
+		}
+		for i := 0; i < n; i++ {
+			b[i] = 0x80
+			if !hasHigh(b) {
+				t.Fatalf("byte %d of %d is 0x80: not hasHigh", i, n)
+			}
+			b[i] = 'a'
+		}
+	}
+}
