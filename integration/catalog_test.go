@@ -459,6 +459,28 @@ func TestCatalogAttacks(t *testing.T) {
 		})
 	}
 
+	t.Run("an event cannot be fenced: the catalog reports it", func(t *testing.T) {
+		mustExec(t, e.root, "CREATE EVENT ev_jobs ON SCHEDULE EVERY 1 DAY DISABLE DO DELETE FROM v_jobs")
+		e.await(t, "the event", func(c *catalog.Closure) bool {
+			for _, ev := range c.Events {
+				if ev.Name == "ev_jobs" && ev.Table == e.db+".jobs" {
+					return true
+				}
+			}
+			return false
+		})
+		c := e.session(t, false)
+		for _, q := range []string{
+			"CREATE EVENT ev2 ON SCHEDULE EVERY 1 DAY DISABLE DO CALL touch()",
+			"CREATE EVENT ev4 ON SCHEDULE EVERY 1 DAY DISABLE DO UPDATE v_jobs2 SET n = 0",
+			"CREATE EVENT ev3 ON SCHEDULE EVERY 1 DAY DISABLE DO SET @x = bÜmp()",
+		} {
+			if _, err := c.ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "fenceproxy refused") {
+				t.Errorf("%s: err %v, want a refusal", q, err)
+			}
+		}
+	})
+
 	t.Run("DDL through the proxy", func(t *testing.T) {
 		c := e.session(t, false)
 		for _, q := range []string{
