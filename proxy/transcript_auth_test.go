@@ -70,6 +70,7 @@ func sha2Password(password string, scramble []byte) []byte {
 // clientTLS switches the client side to TLS after its SSLRequest.
 func (c *hconn) clientTLS() {
 	c.h.t.Helper()
+	c.waitWrite(&c.clientWrite)
 	tc := tls.Client(c.client, &tls.Config{InsecureSkipVerify: true})
 	c.client.SetDeadline(time.Now().Add(ioTimeout))
 	if err := tc.Handshake(); err != nil {
@@ -84,6 +85,7 @@ func (c *hconn) clientTLS() {
 // SSLRequest; bytes of the proxy's ClientHello already buffered go first.
 func (c *hconn) backendTLS(cert tls.Certificate) {
 	c.h.t.Helper()
+	c.waitWrite(&c.backendWrite)
 	var pre []byte
 	if n := c.br.Buffered(); n > 0 {
 		pre, _ = c.br.Peek(n)

@@ -229,6 +229,8 @@ func (h *harness) finish() {
 		if c.closed {
 			continue
 		}
+		c.waitWrite(&c.clientWrite)
+		c.waitWrite(&c.backendWrite)
 		h.note("the client quits: the proxy passes COM_QUIT on and closes both connections")
 		c.send(0, []byte{mysql.COM_QUIT})
 		c.backendGets()
@@ -321,6 +323,8 @@ type hconn struct {
 	cr      *bufio.Reader
 	backend net.Conn
 	br      *bufio.Reader
+
+	clientWrite, backendWrite chan error // a script's write still in flight
 
 	deprecateEOF bool   // negotiated: result sets end with an OK (0xFE)
 	scramble     []byte // the backend's challenge
@@ -422,8 +426,31 @@ func (c *hconn) send(seq byte, payload []byte) {
 func (c *hconn) sendAs(seq byte, payload []byte, label string) {
 	c.h.t.Helper()
 	c.h.line(c, "C->P "+render(seq, payload, label, roleCommand))
-	if err := writePkt(c.client, seq, payload); err != nil {
-		c.h.fail("client write: %v", err)
+	c.write(c.client, &c.clientWrite, func(w io.Writer) error { return writePkt(w, seq, payload) })
+}
+
+// write runs a script's write. Writes larger than the socket buffers
+// would block until the proxy passes them on, which may wait for a read
+// the script makes only later: those run in the background, and the next
+// write to that connection (or the end of the case) waits for them.
+func (c *hconn) write(nc net.Conn, pending *chan error, f func(io.Writer) error) {
+	c.h.t.Helper()
+	c.waitWrite(pending)
+	done := make(chan error, 1)
+	*pending = done
+	nc.SetWriteDeadline(time.Now().Add(ioTimeout))
+	go func() { done <- f(nc) }()
+}
+
+func (c *hconn) waitWrite(pending *chan error) {
+	c.h.t.Helper()
+	if *pending == nil {
+		return
+	}
+	err := <-*pending
+	*pending = nil
+	if err != nil {
+		c.h.fail("write: %v", err)
 	}
 }
 
@@ -431,9 +458,7 @@ func (c *hconn) sendAs(seq byte, payload []byte, label string) {
 func (c *hconn) sendRaw(b []byte, label string) {
 	c.h.t.Helper()
 	c.h.line(c, fmt.Sprintf("C->P raw %d bytes: %s\n%s", len(b), label, hexLines(b)))
-	if _, err := c.client.Write(b); err != nil {
-		c.h.fail("client write: %v", err)
-	}
+	c.write(c.client, &c.clientWrite, func(w io.Writer) error { _, err := w.Write(b); return err })
 }
 
 // query sends a COM_QUERY.
@@ -449,11 +474,9 @@ func (c *hconn) reply(seq byte, ps ...pkt) {
 	for _, p := range ps {
 		c.h.line(c, "B->P "+render(seq, p.payload, p.label, roleResponse))
 		writePkt(&buf, seq, p.payload)
-		seq++
+		seq += byte((len(p.payload) / maxPayload) + 1)
 	}
-	if _, err := c.backend.Write(buf.Bytes()); err != nil {
-		c.h.fail("backend write: %v", err)
-	}
+	c.write(c.backend, &c.backendWrite, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
 }
 
 // respond answers the command the backend just read (sequence from 1).
@@ -625,6 +648,11 @@ var harnessCommandNames = map[byte]string{
 // is, and its bytes in hex unless the decoding is lossless.
 func render(seq byte, p []byte, label string, role int) string {
 	head := fmt.Sprintf("#%d len=%d", seq, len(p))
+	if len(p) > maxPayload {
+		head += fmt.Sprintf(" (as %d packets)", len(p)/maxPayload+1)
+	} else if len(p) == maxPayload {
+		head += " (continued in the next packet)"
+	}
 	desc, complete := describe(p, label, role)
 	s := head + " " + desc
 	if !complete {
