@@ -28,7 +28,7 @@ def f(x, spec):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("summaries", nargs="+", help="summary.tsv files")
+    ap.add_argument("summaries", nargs="*", help="summary.tsv files")
     ap.add_argument("--conns", help="tab-separated lines printed by conns")
     a = ap.parse_args()
     rows = {}
@@ -48,6 +48,13 @@ def main():
         bad = "" if r["runs_ok"] == r["runs"] else f" ({r['runs_ok']}/{r['runs']} runs ok)"
         return f(tps, ",.0f"), f"{f(ratio, '.3f')} [{f(lo, '.3f')}-{f(hi, '.3f')}]{bad}", f(p99, ".2f")
 
+    if rows:
+        workloads(rows, cell)
+    if a.conns:
+        conns(a.conns)
+
+
+def workloads(rows, cell):
     print("| workload | haproxy tps | **fenceproxy** tps / haproxy [min-max] | p99 / haproxy "
           "| GOMAXPROCS=1 tps / haproxy [min-max] | p99 / haproxy | direct tps / haproxy |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -60,8 +67,11 @@ def main():
         _, dr, _ = cell(test, "direct")
         print(f"| {name} | {h} | **{fr}** | **{fp}** | {or_} | {op} | {dr.split(' ')[0]} |")
 
-    if a.conns:
-        lines = [l.rstrip("\n").split("\t") for l in open(a.conns) if l.strip()]
+
+
+def conns(path):
+    if True:
+        lines = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
         direct = next((float(l[7]) for l in lines if l[0] == "direct"), None)
         print()
         print("| target | connections | RSS idle, KiB per connection | RSS active, KiB per connection "
