@@ -415,6 +415,21 @@ func TestCatalogAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("stored functions cannot hide in table definitions", func(t *testing.T) {
+		// Measured: generated columns, CHECK constraints and DEFAULT
+		// expressions refuse stored functions (error 1901), so no write
+		// runs one that the statement does not name.
+		for _, q := range []string{
+			"CREATE TABLE g1 (a INT, b INT AS (bump()) VIRTUAL)",
+			"CREATE TABLE g2 (a INT, CHECK (bump() > 0))",
+			"CREATE TABLE g3 (a INT DEFAULT (bump()))",
+		} {
+			if _, err := e.root.ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "1901") {
+				t.Errorf("%s: %v, want error 1901", q, err)
+			}
+		}
+	})
+
 	t.Run("triggers on views are impossible", func(t *testing.T) {
 		_, err := e.root.ExecContext(ctx, "CREATE TRIGGER v_bi BEFORE INSERT ON v_jobs FOR EACH ROW SET NEW.n = 0")
 		if err == nil || !strings.Contains(err.Error(), "1347") {
