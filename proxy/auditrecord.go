@@ -11,8 +11,8 @@ import (
 
 // auditStale records a rejected (or, in shadow mode, would-be rejected)
 // write and counts it.
-func (c *clientConn) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome string) {
-	c.writeAudit(audit.Record{
+func (fg *fencing) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome string) {
+	fg.writeAudit(audit.Record{
 		Reason: v.reason, Lease: v.lease, Table: v.table,
 		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
 		Digest: f.Digest, Outcome: outcome,
@@ -20,14 +20,16 @@ func (c *clientConn) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcom
 }
 
 // refuse answers a statement the rewriter refused, and audits it.
-func (c *clientConn) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
+func (fg *fencing) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
+	c := fg.c
 	c.p.metrics.stmtRefused.Inc()
-	c.auditRefusal(rt, r, sql, "refused")
+	fg.auditRefusal(rt, r, sql, "refused")
 	return c.sendError(erNotAllowed, "42000", r.Error())
 }
 
 // auditRefusal records a statement that cannot be fenced.
-func (c *clientConn) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome string) {
+func (fg *fencing) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome string) {
+	c := fg.c
 	lease := ""
 	if r.Table != "" {
 		if i := strings.IndexByte(r.Table, '.'); i > 0 {
@@ -41,11 +43,12 @@ func (c *clientConn) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome 
 		reason = "protected_table"
 	}
 	c.p.metrics.StatementsRefused.WithLabelValues(reason, rt.policy.Mode).Inc()
-	c.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
+	fg.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
 		Digest: statementDigest(sql), Outcome: outcome, Detail: r.Reason}, rt)
 }
 
-func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
+func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) {
+	c := fg.c
 	rec.Time = time.Now().UTC()
 	rec.Mode = rt.policy.Mode
 	rec.Client = c.remote

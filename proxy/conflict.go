@@ -30,24 +30,26 @@ type fencedTxn struct {
 }
 
 // watchConflicts remembers a guarded write that is about to go out.
-func (c *clientConn) watchConflicts(rt *runtime, f *rewrite.Fence, v verdict) {
+func (fg *fencing) watchConflicts(rt *runtime, f *rewrite.Fence, v verdict) {
+	c := fg.c
 	if c.srv.Flavor == rewrite.TiDB || c.srv.Galera {
-		c.fenced = &fencedTxn{rt: rt, fence: f, v: v}
+		fg.fenced = &fencedTxn{rt: rt, fence: f, v: v}
 	}
 }
 
 // noteTxnStatus forgets the watched transaction once the server says none
 // is open.
-func (c *clientConn) noteTxnStatus(st uint16) {
-	if c.fenced != nil && st&mysql.SERVER_STATUS_IN_TRANS == 0 {
-		c.fenced = nil
+func (fg *fencing) noteTxnStatus(st uint16) {
+	if fg.fenced != nil && st&mysql.SERVER_STATUS_IN_TRANS == 0 {
+		fg.fenced = nil
 	}
 }
 
 // engineConflict reports whether code is the backend's "the transaction
 // was rolled back by a conflict" for the engines whose fenced
 // transactions the proxy watches: TiDB's 9007, and 1213 on Galera.
-func (c *clientConn) engineConflict(code uint16) bool {
+func (fg *fencing) engineConflict(code uint16) bool {
+	c := fg.c
 	return code == erWriteConflict && c.srv.Flavor == rewrite.TiDB || code == erConflict && c.srv.Galera
 }
 
@@ -57,18 +59,19 @@ func (c *clientConn) engineConflict(code uint16) bool {
 // counted, once per transaction (for its latest guarded write). The client
 // gets the server's error as it is, after the record is written. err is a
 // failure of the backend connection only.
-func (c *clientConn) noteError(code uint16) error {
-	if c.fenced == nil || !c.engineConflict(code) {
+func (fg *fencing) noteError(code uint16) error {
+	if fg.fenced == nil || !fg.engineConflict(code) {
 		return nil
 	}
-	ft := c.fenced
-	c.fenced = nil
-	return c.auditConflict(ft.rt, ft.fence, ft.v, code)
+	ft := fg.fenced
+	fg.fenced = nil
+	return fg.auditConflict(ft.rt, ft.fence, ft.v, code)
 }
 
 // auditConflict records a fenced write that did not commit because the
 // engine found a conflict on the lease row.
-func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) error {
+func (fg *fencing) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) error {
+	c := fg.c
 	detail := "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
 		"write: a row it locked (the lease row, or another) was committed by another transaction after it began"
 	if v.table == "" && len(f.Targets) > 0 {
@@ -88,11 +91,11 @@ func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, cod
 		// The guard that passed (an UPDATE on Galera) said nothing of the
 		// fence context, and the lease may come from the session's
 		// variable.
-		if err := c.readPresented(rt, f, &v); err != nil {
+		if err := fg.readPresented(rt, f, &v); err != nil {
 			return err
 		}
 	}
-	c.writeAudit(audit.Record{
+	fg.writeAudit(audit.Record{
 		Reason: audit.Conflict, Lease: v.lease, Table: v.table,
 		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
 		Digest: f.Digest, Outcome: "error",
@@ -109,8 +112,9 @@ func (c *clientConn) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, cod
 // it leaves the ERR the client is about to get in SHOW WARNINGS (measured
 // on MariaDB 10.11); FOUND_ROWS() then says 1. err is a failure of the
 // backend connection only.
-func (c *clientConn) readPresented(rt *runtime, f *rewrite.Fence, v *verdict) error {
-	gs, _, err := c.guardsFor(rt, f)
+func (fg *fencing) readPresented(rt *runtime, f *rewrite.Fence, v *verdict) error {
+	c := fg.c
+	gs, _, err := fg.guardsFor(rt, f)
 	if err != nil || len(gs) == 0 {
 		return nil
 	}

@@ -70,9 +70,9 @@ type clientConn struct {
 	// lock on the lease table, which the proxy adds to the client's LOCK
 	// TABLES, keeps guard and write atomic).
 	tablesLocked bool
-	// fenced: the open transaction carries a guarded write (TiDB; see
-	// conflict.go), nil otherwise.
-	fenced *fencedTxn
+	// fence: everything the proxy does to fence this session's writes
+	// (fencing.go)
+	fence fencing
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
 	nextStmtID uint32                   // next id for a statement the proxy answers itself
@@ -93,6 +93,7 @@ type clientConn struct {
 func newClientConn(p *Proxy, nc net.Conn, id uint64) *clientConn {
 	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), remote: nc.RemoteAddr().String(), raw: nc, connectedAt: time.Now()}
 	c.log = p.logger.With("conn", id, "client", c.remote)
+	c.fence.c = c
 	return c
 }
 
@@ -256,7 +257,7 @@ func (c *clientConn) inTransaction() bool { return c.status&mysql.SERVER_STATUS_
 func (c *clientConn) noteStatus(st uint16) {
 	c.status = st
 	c.statusStale = false
-	c.noteTxnStatus(st)
+	c.fence.noteTxnStatus(st)
 	if st&mysql.SERVER_STATUS_NO_BACKSLASH_ESCAPED != 0 {
 		c.sess.NoBackslashEscapes = rewrite.On
 	} else {

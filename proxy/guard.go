@@ -36,7 +36,8 @@ const (
 
 // guardOf returns the fence of a statement the proxy must guard (a guarded
 // write, or EXECUTE of one prepared by name), or nil.
-func (c *clientConn) guardOf(st *rewrite.Stmt) *rewrite.Fence {
+func (fg *fencing) guardOf(st *rewrite.Stmt) *rewrite.Fence {
+	c := fg.c
 	var f *rewrite.Fence
 	switch st.Kind {
 	case rewrite.Write:
@@ -56,10 +57,10 @@ func (c *clientConn) guardOf(st *rewrite.Stmt) *rewrite.Fence {
 // or prepares a guarded write by name: an EXECUTE of it later in the same
 // packet finds it in c.named only once the PREPARE has run, so such a
 // packet runs one statement at a time too.
-func (c *clientConn) hasGuarded(stmts []rewrite.Stmt) bool {
+func (fg *fencing) hasGuarded(stmts []rewrite.Stmt) bool {
 	for i := range stmts {
 		st := &stmts[i]
-		if c.guardOf(st) != nil || st.Kind == rewrite.Prepare && st.Fence != nil && st.Fence.Guard {
+		if fg.guardOf(st) != nil || st.Kind == rewrite.Prepare && st.Fence != nil && st.Fence.Guard {
 			return true
 		}
 	}
@@ -67,7 +68,8 @@ func (c *clientConn) hasGuarded(stmts []rewrite.Stmt) bool {
 }
 
 // guardEngine is the lease package's engine family for the backend.
-func (c *clientConn) guardEngine() lease.Engine {
+func (fg *fencing) guardEngine() lease.Engine {
+	c := fg.c
 	switch {
 	case c.srv.Flavor == rewrite.TiDB:
 		return lease.TiDB
@@ -78,12 +80,12 @@ func (c *clientConn) guardEngine() lease.Engine {
 }
 
 // guardsFor builds the guard of each distinct lease of f's targets.
-func (c *clientConn) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []rewrite.Target, error) {
+func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []rewrite.Target, error) {
 	var gs []lease.Guard
 	var ts []rewrite.Target
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		g, err := lease.GuardFor(c.guardEngine(), leaseSpec(rt.policy, tg))
+		g, err := lease.GuardFor(fg.guardEngine(), leaseSpec(rt.policy, tg))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -102,7 +104,8 @@ func (c *clientConn) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []
 // response relayed through t; drop discards the client's command when it
 // is not sent. The caller finishes t afterwards (session effects; a
 // guarded write has no lease check left to do).
-func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) error {
+func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) error {
+	c := fg.c
 	if c.statusStale {
 		// Learn the transaction state from an OK: DO changes nothing the
 		// write could see (it resets warnings and ROW_COUNT(), which the
@@ -115,7 +118,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 				// A conflict here (a brute-force abort on Galera shows at
 				// the next statement) ended an earlier fenced write's
 				// transaction.
-				if err := c.noteError(be.code); err != nil {
+				if err := fg.noteError(be.code); err != nil {
 					return err
 				}
 				return c.sendError(be.code, be.state, be.msg)
@@ -131,7 +134,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 	// (TestTiDBProxyRace). So TiDB's autocommit writes are always wrapped.
 	tablesHeld := c.tablesLocked && c.srv.Flavor != rewrite.TiDB
 	wrap := c.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !c.inTransaction() && !tablesHeld
-	gs, ts, err := c.guardsFor(rt, f)
+	gs, ts, err := fg.guardsFor(rt, f)
 	if err != nil {
 		if err := drop(); err != nil {
 			return err
@@ -143,7 +146,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 			return err
 		}
 	}
-	v, gerr, err := c.runGuards(gs, ts, wrap)
+	v, gerr, err := fg.runGuards(gs, ts, wrap)
 	if err != nil {
 		return err
 	}
@@ -158,7 +161,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 			if !ok {
 				return err
 			}
-			if !wrap && c.engineConflict(be.code) {
+			if !wrap && fg.engineConflict(be.code) {
 				endErr = be
 			}
 		}
@@ -166,22 +169,22 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 			return err
 		}
 		if gerr != nil {
-			return c.guardError(rt, f, gerr, ts)
+			return fg.guardError(rt, f, gerr, ts)
 		}
 		if endErr != nil {
 			// The client's transaction was rolled back under the rejected
 			// write (on Galera a brute-force abort shows at the next
 			// statement): it must hear so, not "0 rows" in a transaction
 			// that is gone.
-			c.auditStale(rt, f, v, "error")
-			if err := c.noteError(endErr.code); err != nil {
+			fg.auditStale(rt, f, v, "error")
+			if err := fg.noteError(endErr.code); err != nil {
 				return err
 			}
 			return c.sendError(endErr.code, endErr.state, endErr.msg)
 		}
-		return c.rejectGuarded(rt, f, v)
+		return fg.rejectGuarded(rt, f, v)
 	}
-	c.watchConflicts(rt, f, v)
+	fg.watchConflicts(rt, f, v)
 	if !wrap {
 		if err := send(); err != nil {
 			return err
@@ -189,7 +192,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		return c.relayResults(t)
 	}
 	// The transaction is the proxy's: it ends with this command.
-	defer func() { c.fenced = nil }()
+	defer func() { fg.fenced = nil }()
 	c.x.holdEnd = true
 	defer func() { c.x.holdEnd = false }()
 	if err := send(); err != nil {
@@ -215,7 +218,7 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 		// place of the write's success (after its rows, for RETURNING).
 		c.x.held.p = nil
 		c.statusStale = true
-		if err := c.noteError(be.code); err != nil {
+		if err := fg.noteError(be.code); err != nil {
 			return err
 		}
 		return c.sendError(be.code, be.state, be.msg)
@@ -230,7 +233,8 @@ func (c *clientConn) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, sen
 // and reads their verdict. gerr is the server's error for a guard that
 // could not run (lock wait timeout, deadlock, missing lease table); err a
 // failure of the connection.
-func (c *clientConn) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (v verdict, gerr *backendError, err error) {
+func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (v verdict, gerr *backendError, err error) {
+	c := fg.c
 	var first verdict
 	for i, g := range gs {
 		if err := c.queueOwn(g.SQL); err != nil {
@@ -323,7 +327,8 @@ func toFields(rows [][]value) [][]lease.Field {
 
 // guardError answers a write whose guard failed with the guard's error:
 // nothing of the write was sent.
-func (c *clientConn) guardError(rt *runtime, f *rewrite.Fence, be *backendError, ts []rewrite.Target) error {
+func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *backendError, ts []rewrite.Target) error {
+	c := fg.c
 	msg := be.msg
 	switch {
 	case be.code == mysql.ER_NO_SUCH_TABLE:
@@ -332,12 +337,12 @@ func (c *clientConn) guardError(rt *runtime, f *rewrite.Fence, be *backendError,
 	case be.code == mysql.ER_BAD_FIELD_ERROR && strings.Contains(msg, lease.WriteCounter):
 		msg = "fenceproxy: the lease table for " + ts[0].Schema + "." + ts[0].Table + " has no " + lease.WriteCounter +
 			" column, which fenced writes on MariaDB Galera bump (run fenceproxy init to add it): " + msg
-	case c.engineConflict(be.code):
+	case fg.engineConflict(be.code):
 		// The guard itself (or the read after it) lost certification, or
 		// TiDB found a write conflict: its transaction is rolled back,
 		// this write and any earlier one in it.
-		c.fenced = nil
-		if err := c.auditConflict(rt, f, verdict{lease: ts[0].Lease, table: ts[0].Schema + "." + ts[0].Table}, be.code); err != nil {
+		fg.fenced = nil
+		if err := fg.auditConflict(rt, f, verdict{lease: ts[0].Lease, table: ts[0].Schema + "." + ts[0].Table}, be.code); err != nil {
 			return err
 		}
 	}
@@ -351,15 +356,16 @@ const erConflict = 1213
 // rejectGuarded answers a guarded write whose lease check failed, after the
 // audit record is written: an OK of 0 rows (on_stale: zero_rows, what the
 // server says of an INSERT ... SELECT that selected nothing), or ERR 1644.
-func (c *clientConn) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) error {
+func (fg *fencing) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) error {
+	c := fg.c
 	if rt.policy.OnStale == onStaleError || f.Rows {
 		// A write that answers with rows (RETURNING) would need an empty
 		// result set with its column definitions, which only the server
 		// can give: the error says what happened instead.
-		c.auditStale(rt, f, v, "error")
+		fg.auditStale(rt, f, v, "error")
 		return c.sendError(erSignal, "45000", v.message())
 	}
-	c.auditStale(rt, f, v, "zero_rows")
+	fg.auditStale(rt, f, v, "zero_rows")
 	ok := binary.LittleEndian.AppendUint16([]byte{mysql.OK_HEADER, 0, 0}, c.x.endStatus(c.status))
 	ok = append(ok, 0, 0)
 	seq := c.nextSeq()

@@ -93,7 +93,7 @@ func (c *clientConn) relayConflict(n int, code uint16) error {
 	seq := pkt[3]
 	p := append([]byte(nil), pkt[headerLen:]...)
 	c.takeBackendPacket(n)
-	if err := c.noteError(code); err != nil {
+	if err := c.fence.noteError(code); err != nil {
 		return err
 	}
 	c.x.started = true

@@ -228,7 +228,7 @@ func (r *relayer) err(payload []byte, n int, inSet bool) error {
 		if r.hook != nil {
 			r.hook.result(result{isErr: true, err: parseErr(payload)})
 		}
-		if c.fenced != nil && c.engineConflict(code) {
+		if c.fence.fenced != nil && c.fence.engineConflict(code) {
 			return c.relayConflict(n, code)
 		}
 	}

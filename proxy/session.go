@@ -88,7 +88,7 @@ func (c *clientConn) forgetSessionState() {
 	c.named = nil
 	c.sess.ANSIQuotes = rewrite.Unknown
 	c.setTablesLocked(false)
-	c.fenced = nil // the reset ended the transaction
+	c.fence.fenced = nil // the reset ended the transaction
 }
 
 // collationUnsafe reports whether a client character set named by collation

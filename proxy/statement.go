@@ -106,20 +106,20 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	case rewrite.Refuse:
 		sql := string(payload[1:])
 		c.consumeCommand(payload, inPlace)
-		return c.refuse(rt, d.Refusal, sql)
+		return c.fence.refuse(rt, d.Refusal, sql)
 	case rewrite.Answer:
 		c.consumeCommand(payload, inPlace)
 		return c.answerLeaseCall(rt, d.Call)
 	case rewrite.Send:
 		c.p.metrics.stmtFenced.Inc()
 		c.consumeCommand(payload, inPlace)
-		if len(d.Stmts) > 1 && (rt.policy.OnStale == onStaleError && hasWrite(d.Stmts) || c.hasGuarded(d.Stmts)) {
-			return c.runOneByOne(rt, d.SQL, d.Stmts)
+		if len(d.Stmts) > 1 && (rt.policy.OnStale == onStaleError && hasWrite(d.Stmts) || c.fence.hasGuarded(d.Stmts)) {
+			return c.fence.runOneByOne(rt, d.SQL, d.Stmts)
 		}
 		if len(d.Stmts) == 1 {
-			if f := c.guardOf(&d.Stmts[0]); f != nil {
+			if f := c.fence.guardOf(&d.Stmts[0]); f != nil {
 				sql := d.SQL
-				return c.guarded(rt, f, d.Stmts, func() error { return c.sendRewritten(mysql.COM_QUERY, sql) }, nil)
+				return c.fence.guarded(rt, f, d.Stmts, func() error { return c.sendRewritten(mysql.COM_QUERY, sql) }, nil)
 			}
 		}
 		if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
@@ -132,16 +132,16 @@ func (c *clientConn) comQuery(rt *runtime) error {
 			c.p.metrics.stmtForwarded.Inc()
 		}
 		if rt.policy.Mode == modeShadow {
-			if err := c.shadowCheck(rt, d.Stmts); err != nil {
+			if err := c.fence.shadowCheck(rt, d.Stmts); err != nil {
 				return err
 			}
-		} else if len(d.Stmts) > 1 && c.hasGuarded(d.Stmts) {
+		} else if len(d.Stmts) > 1 && c.fence.hasGuarded(d.Stmts) {
 			sql := append([]byte(nil), payload[1:]...)
 			c.consumeCommand(payload, inPlace)
-			return c.runOneByOne(rt, sql, d.Stmts)
+			return c.fence.runOneByOne(rt, sql, d.Stmts)
 		} else if len(d.Stmts) == 1 {
-			if f := c.guardOf(&d.Stmts[0]); f != nil {
-				return c.guarded(rt, f, d.Stmts, func() error { return c.sendOriginal(payload, inPlace) },
+			if f := c.fence.guardOf(&d.Stmts[0]); f != nil {
+				return c.fence.guarded(rt, f, d.Stmts, func() error { return c.sendOriginal(payload, inPlace) },
 					func() error { c.consumeCommand(payload, inPlace); return nil })
 			}
 		}
@@ -158,12 +158,13 @@ func (c *clientConn) comQuery(rt *runtime) error {
 
 // guarded runs a packet of one guarded write (see guardedWrite). drop nil:
 // the client's command was consumed already.
-func (c *clientConn) guarded(rt *runtime, f *rewrite.Fence, stmts []rewrite.Stmt, send, drop func() error) error {
+func (fg *fencing) guarded(rt *runtime, f *rewrite.Fence, stmts []rewrite.Stmt, send, drop func() error) error {
+	c := fg.c
 	if drop == nil {
 		drop = func() error { return nil }
 	}
 	t := newTracker(c, rt, stmts, true)
-	if err := c.guardedWrite(rt, f, t, send, drop); err != nil {
+	if err := fg.guardedWrite(rt, f, t, send, drop); err != nil {
 		return err
 	}
 	return t.finish()
@@ -181,7 +182,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	case rewrite.Refuse:
 		sql := string(payload[1:])
 		c.consumeCommand(payload, inPlace)
-		return c.refuse(rt, d.Refusal, sql)
+		return c.fence.refuse(rt, d.Refusal, sql)
 	case rewrite.Answer:
 		c.consumeCommand(payload, inPlace)
 		return c.prepareLeaseCall(rt, d.Call)
@@ -209,7 +210,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	}
 	// A guarded write is prepared as it was written; every execution is
 	// guarded.
-	ps := &preparedStmt{gen: rt.gen, fenced: d.Action == rewrite.Send || len(d.Stmts) == 1 && c.guardOf(&d.Stmts[0]) != nil,
+	ps := &preparedStmt{gen: rt.gen, fenced: d.Action == rewrite.Send || len(d.Stmts) == 1 && c.fence.guardOf(&d.Stmts[0]) != nil,
 		text: string(payload[1:])}
 	if len(d.Stmts) == 1 {
 		ps.stmt = d.Stmts[0]
@@ -235,7 +236,7 @@ func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decis
 		d = ask(sql, c.srv, &c.sess)
 	}
 	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
-		d = c.shadow(rt, d, sql)
+		d = c.fence.shadow(rt, d, sql)
 	}
 	return d
 }
@@ -288,7 +289,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 			if _, err := c.client.skipPacket(); err != nil {
 				return err
 			}
-			return c.refuse(rt, r, ps.text)
+			return c.fence.refuse(rt, r, ps.text)
 		}
 	}
 	if ps.stmt.Kind == rewrite.Other && ps.stmt.Locks == rewrite.LocksKept {
@@ -298,12 +299,12 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 		return c.relayResults(nil)
 	}
 	if rt.policy.Mode == modeShadow {
-		if err := c.shadowCheck(rt, []rewrite.Stmt{ps.stmt}); err != nil {
+		if err := c.fence.shadowCheck(rt, []rewrite.Stmt{ps.stmt}); err != nil {
 			return err
 		}
 	}
-	if f := c.guardOf(&ps.stmt); f != nil && rt.policy.Mode != modeShadow {
-		return c.guarded(rt, f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
+	if f := c.fence.guardOf(&ps.stmt); f != nil && rt.policy.Mode != modeShadow {
+		return c.fence.guarded(rt, f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
 			_, err := c.client.skipPacket()
 			return err
 		})
@@ -333,9 +334,9 @@ func writeFence(stmts []rewrite.Stmt) *rewrite.Fence {
 // shadow turns a decision into what shadow mode does: the client's text goes
 // to the server unchanged; a statement that would be refused is audited
 // now, a protected write after its result (the tracker checks its lease).
-func (c *clientConn) shadow(rt *runtime, d rewrite.Decision, sql []byte) rewrite.Decision {
+func (fg *fencing) shadow(rt *runtime, d rewrite.Decision, sql []byte) rewrite.Decision {
 	if d.Action == rewrite.Refuse {
-		c.auditRefusal(rt, d.Refusal, string(sql), "shadow")
+		fg.auditRefusal(rt, d.Refusal, string(sql), "shadow")
 		return rewrite.Decision{Action: rewrite.Forward}
 	}
 	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts}

@@ -188,12 +188,12 @@ func (t *tracker) applyEffect(st *rewrite.Stmt) {
 func (t *tracker) finish() error {
 	c := t.c
 	if t.held != nil {
-		v, err := c.classify(t.rt, t.held.fence, true)
+		v, err := c.fence.classify(t.rt, t.held.fence, true)
 		if be, ok := err.(*backendError); ok && be.code == erConflict {
 			// The check's locking read was chosen as a deadlock's victim:
 			// the transaction, this write with it, was rolled back.
 			c.x.held.p = nil
-			if err := c.auditConflict(t.rt, t.held.fence, verdict{}, be.code); err != nil {
+			if err := c.fence.auditConflict(t.rt, t.held.fence, verdict{}, be.code); err != nil {
 				return err
 			}
 			return c.sendError(be.code, be.state, be.msg)
@@ -203,11 +203,11 @@ func (t *tracker) finish() error {
 		}
 		switch {
 		case v.rejected() && t.rt.policy.OnStale == onStaleError:
-			c.auditStale(t.rt, t.held.fence, v, "error")
+			c.fence.auditStale(t.rt, t.held.fence, v, "error")
 			c.x.held.p = nil
 			return c.sendError(erSignal, "45000", v.message())
 		case v.rejected():
-			c.auditStale(t.rt, t.held.fence, v, "zero_rows")
+			c.fence.auditStale(t.rt, t.held.fence, v, "zero_rows")
 		}
 		if err := c.writeHeld(); err != nil {
 			return err
@@ -220,12 +220,12 @@ func (t *tracker) finish() error {
 	// The client gets its answer after the audit record is written, so that
 	// whoever sees the 0 rows can also find out why.
 	for _, pc := range t.checks {
-		v, err := c.classify(t.rt, pc.fence, true)
+		v, err := c.fence.classify(t.rt, pc.fence, true)
 		if err != nil {
 			return err
 		}
 		if v.rejected() {
-			c.auditStale(t.rt, pc.fence, v, "zero_rows")
+			c.fence.auditStale(t.rt, pc.fence, v, "zero_rows")
 		}
 	}
 	return t.restoreRowCount(t.checks[len(t.checks)-1].pos)
@@ -249,19 +249,20 @@ func (t *tracker) restoreRowCount(pos int) error {
 // a packet before it goes out unchanged, and audits those a fence would
 // reject. Checking before keeps the write's own results (affected rows,
 // ROW_COUNT()) what the client would see without the proxy.
-func (c *clientConn) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
+func (fg *fencing) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
+	c := fg.c
 	t := tracker{c: c, rt: rt}
 	for i := range stmts {
 		f := t.fenceOf(&stmts[i])
 		if f == nil {
 			continue
 		}
-		v, err := c.classify(rt, f, false)
+		v, err := fg.classify(rt, f, false)
 		if err != nil {
 			return err
 		}
 		if v.rejected() {
-			c.auditStale(rt, f, v, "shadow")
+			fg.auditStale(rt, f, v, "shadow")
 		}
 	}
 	return nil
@@ -272,7 +273,8 @@ func (c *clientConn) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
 // and under on_stale: error a rejected write ends the packet with its ERR
 // exactly where the server would have stopped after an error, so later
 // statements never run.
-func (c *clientConn) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
+func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
+	c := fg.c
 	next := c.x.cmdSeq + 1 // the client's next expected sequence number
 	defer func() { c.x.more = false }()
 	for i := range stmts {
@@ -288,8 +290,8 @@ func (c *clientConn) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) 
 			return c.backend.flush()
 		}
 		t := newTracker(c, rt, stmts[i:i+1], true)
-		if f := c.guardOf(&st); f != nil && t.enforcing() {
-			if err := c.guardedWrite(rt, f, t, send, func() error { return nil }); err != nil {
+		if f := fg.guardOf(&st); f != nil && t.enforcing() {
+			if err := fg.guardedWrite(rt, f, t, send, func() error { return nil }); err != nil {
 				return err
 			}
 		} else {

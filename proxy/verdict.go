@@ -43,10 +43,11 @@ func tokenString(t *uint64) string {
 // classify reads the lease behind fence f on the client's own connection
 // (its variables live there) and says whether the fence holds. locking
 // reads the latest committed lease row, as the fenced write did.
-func (c *clientConn) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
+func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
+	c := fg.c
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		sql := lease.VerdictSQL(leaseSpec(rt.policy, tg), c.guardEngine(), locking)
+		sql := lease.VerdictSQL(leaseSpec(rt.policy, tg), fg.guardEngine(), locking)
 		if seen[sql] {
 			continue
 		}
