@@ -79,8 +79,10 @@ type runtime struct {
 	engine *rewrite.Engine // what the proxy asks about every statement
 
 	// gen changes when a reload changes what is fenced (tables, leases,
-	// lease table, variables, mode): statements prepared under an older
-	// generation must be decided again.
+	// lease table, variables, mode, the catalog's closure): statements
+	// prepared under an older generation must be decided again. It is the
+	// one record of "fencing changed": policy.Version counts every reload
+	// (for logs), changed or not, and knows nothing of the catalog.
 	gen         uint64
 	fingerprint string
 }
