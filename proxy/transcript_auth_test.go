@@ -369,6 +369,36 @@ session's proxy-side state (prepared statements, table locks).`,
 		c.response()
 	},
 }, {
+	name: "change_user_auth_switch",
+	about: `COM_CHANGE_USER whose account uses another plugin: the backend answers with an AuthSwitchRequest,
+relayed with the command's sequence numbers (the response to COM_CHANGE_USER starts at 1), the
+client's answer goes back, and the backend's OK ends it; the session then runs as the new user
+(the next audit record names it).`,
+	backend: "engine: mariadb",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		cu := append([]byte{mysql.COM_CHANGE_USER}, "report\x00"...)
+		cu = append(cu, 32)
+		cu = append(cu, sha2Password("pw2", harnessScramble)...)
+		cu = append(cu, "app\x00"...)
+		cu = append(cu, 45, 0)
+		cu = append(cu, sha2Greeting+"\x00"...)
+		h.secret("pw2")
+		c.sendAs(0, cu, "COM_CHANGE_USER user=report db=app plugin=caching_sha2_password")
+		c.backendGetsAs("COM_CHANGE_USER user=report db=app plugin=caching_sha2_password")
+		challenge := []byte("abcdefghij0123456789")
+		sw := append(append([]byte{mysql.EOF_HEADER}, mysql.AUTH_NATIVE_PASSWORD+"\x00"...), challenge...)
+		c.respond(pkt{payload: append(sw, 0), label: "auth"})
+		c.clientGetsAs("auth")
+		c.sendAs(2, nativePassword("pw2", challenge), "auth")
+		c.backendGetsAs("auth")
+		c.reply(3, okPkt(0, 0, stAuto, 0, ""))
+		c.clientGets()
+		c.query("TRUNCATE TABLE invoices")
+		c.response()
+		h.audit()
+	},
+}, {
 	name: "auth_tls_required",
 	about: `client_tls.required: a client that answers the greeting without switching to TLS gets ERR 3159
 and the connection ends; nothing of its answer reaches the backend.`,
