@@ -4,8 +4,9 @@ import "encoding/binary"
 
 // nameSet holds the catalog's names for the fast path, which checks the
 // identifiers the lexer reads (it lexes every statement anyway) instead of
-// searching the raw text for each of possibly hundreds of names: one hash
-// and one probe per identifier, whatever the catalog's size. Comments and
+// searching the raw text for each of possibly hundreds of names: a look-up
+// by first letter and length per identifier, and a hash and a probe for the
+// few that pass, whatever the catalog's size. Comments and
 // strings hold no names the server resolves, and the lexer is the one the
 // fast path already trusts with statement boundaries.
 //
