@@ -103,6 +103,11 @@ func (in *stmtIn) catalogRefusal() (stmtRes, bool) {
 		return stmtRes{}, false
 	}
 	schema := foldName(in.st.schema)
+	// In a compound statement or a stored program's definition a
+	// procedure may be called without CALL (sql_mode=ORACLE blocks: "BEGIN
+	// touch; END"): there any name of a refused procedure counts, save
+	// the name a definition gives its own routine.
+	program := in.isCompound() || in.isStoredProgram()
 	for i := range in.toks {
 		if !in.isName(i) || in.op(i-1, ".") {
 			continue
@@ -111,16 +116,22 @@ func (in *stmtIn) catalogRefusal() (stmtRes, bool) {
 		if in.op(i+1, ".") && in.isName(i+2) {
 			s, n, next = foldName(in.identName(i)), foldName(in.identName(i+2)), i+3
 		}
-		if i == 0 && in.kw(0, "call") {
+		if in.kw(i, "call") {
 			continue
 		}
-		if in.kw(0, "call") && i == 1 {
+		if in.kw(i-1, "call") {
+			// CALL anywhere: the statement's own, or one inside a
+			// compound statement.
 			if r := e.cat.Procedure(s, n); r != nil {
 				return in.refuse(r.Table, r.Reason()), true
 			}
 			if e.catStale != "" {
 				return in.refuse("", "fenceproxy cannot read its schema catalog ("+e.catStale+"), so it cannot tell "+
 					"whether this procedure writes protected tables; retry when the catalog is readable again"), true
+			}
+		} else if program && !in.kw(i-1, "procedure") && !in.kw(i-1, "function") {
+			if r := e.cat.Procedure(s, n); r != nil {
+				return in.refuse(r.Table, r.Reason()), true
 			}
 		}
 		if in.op(next, "(") {
