@@ -8,10 +8,11 @@ import (
 
 // exchange is the framing of the current command's response to the client:
 // the sequence numbers of what goes out, how far the response got, and how
-// its end is marked. The fencing layer never writes packets of its own
-// around it: it asks for the end to say "more results follow" (more: the
-// proxy runs the client's packet one statement at a time) or to be held
-// back (holdEnd: a guarded write's own transaction must commit first).
+// its end is marked. The fencing layer writes to the client only through
+// it (and the relayer): it asks for the end to say "more results follow"
+// (more: the proxy runs the client's packet one statement at a time) or to
+// be held back (holdEnd: a guarded write's own transaction must commit
+// first), and has it write the held packet, an ERR or a 0-row OK.
 type exchange struct {
 	cmdSeq  byte // sequence number of the client's last command packet
 	delta   byte // added to backend sequence numbers on the way to the client
@@ -87,6 +88,18 @@ func (c *clientConn) sendError(code uint16, state, msg string) error {
 	c.x.started = true
 	c.x.lastErr = true
 	_, err := c.client.writePacket(seq, errPayload(code, state, msg))
+	return err
+}
+
+// sendNoRows writes an OK of 0 affected rows, no insert id and no
+// warnings, with the session's status flags, as the end of the response:
+// the answer to a write the proxy did not send.
+func (c *clientConn) sendNoRows() error {
+	ok := binary.LittleEndian.AppendUint16([]byte{mysql.OK_HEADER, 0, 0}, c.x.endStatus(c.status))
+	ok = append(ok, 0, 0)
+	seq := c.nextSeq()
+	c.x.started = true
+	_, err := c.client.writePacket(seq, ok)
 	return err
 }
 

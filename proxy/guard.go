@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -366,10 +365,5 @@ func (fg *fencing) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) error
 		return c.sendError(erSignal, "45000", v.message())
 	}
 	fg.auditStale(rt, f, v, "zero_rows")
-	ok := binary.LittleEndian.AppendUint16([]byte{mysql.OK_HEADER, 0, 0}, c.x.endStatus(c.status))
-	ok = append(ok, 0, 0)
-	seq := c.nextSeq()
-	c.x.started = true
-	_, err := c.client.writePacket(seq, ok)
-	return err
+	return c.sendNoRows()
 }
