@@ -98,6 +98,17 @@ func analyzeBody(body, schema, mode string) effects {
 	m := sqlMode(mode)
 	toks := lex(body, m)
 	fx.funcs = funcRefs(toks, schema)
+	if strings.Contains(strings.ToUpper(mode), "ORACLE") {
+		// Measured: a body created under sql_mode=ORACLE calls a
+		// procedure without CALL ("BEGIN touch; END", "BEGIN touch();
+		// END"), also after labels and in exception handlers: every
+		// name in it counts as a possible call.
+		for i, t := range toks {
+			if r, ok := qualifiedAt(toks, i, schema); ok && t.name() && !(i > 0 && toks[i-1].op('.')) {
+				fx.calls = append(fx.calls, r)
+			}
+		}
+	}
 	for _, t := range toks {
 		if t.is("prepare") || t.is("execute") {
 			fx.dynamic = true

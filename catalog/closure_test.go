@@ -142,6 +142,21 @@ func TestClose(t *testing.T) {
 			},
 		},
 		{
+			name: "sql_mode=ORACLE bodies call procedures without CALL",
+			snap: Snapshot{
+				Triggers: []Trigger{
+					{Schema: "app", Name: "o_ai", Table: "o", Event: OpInsert, Body: "BEGIN touch; END", SQLMode: "PIPES_AS_CONCAT,ANSI_QUOTES,IGNORE_SPACE,ORACLE"},
+					{Schema: "app", Name: "o_bd", Table: "o", Event: OpDelete, Body: "BEGIN <<l>> \"app\".touch(); END", SQLMode: "ORACLE"},
+					{Schema: "app", Name: "d_ai", Table: "d", Event: OpInsert, Body: "BEGIN SELECT touch FROM x; END"},
+				},
+				Routines: []Routine{{Schema: "app", Name: "touch", Body: "DELETE FROM ledger"}},
+			},
+			want: []string{
+				"fence app.o (triggers) INSERT: app.ledger[billing]; DELETE: app.ledger[billing]",
+				"refuse procedure app.touch writes app.ledger",
+			},
+		},
+		{
 			name: "procedure calling procedure, function calling function, from another schema",
 			snap: Snapshot{Routines: []Routine{
 				{Schema: "app", Name: "outer_p", Body: "BEGIN CALL inner_p(); END"},

@@ -523,6 +523,21 @@ func TestCatalogAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("changed directly on the server: an Oracle-mode trigger calls a procedure without CALL", func(t *testing.T) {
+		c, err := e.root.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		mustExec(t, c, "CREATE TABLE ora (id INT PRIMARY KEY)")
+		mustExec(t, c, "SET sql_mode = ORACLE")
+		mustExec(t, c, "CREATE TRIGGER ora_ai AFTER INSERT ON ora FOR EACH ROW BEGIN touch; END")
+		mustExec(t, c, "SET sql_mode = DEFAULT")
+		e.await(t, "the trigger on ora", func(cl *catalog.Closure) bool { return cl.Table(e.db, "ora") != nil })
+		tables = append(tables, "ora")
+		attempt(t, e.session(t, false), "INSERT INTO ora VALUES (1)", "zero")
+	})
+
 	t.Run("DDL through the proxy", func(t *testing.T) {
 		c := e.session(t, false)
 		for _, q := range []string{
