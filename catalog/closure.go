@@ -19,6 +19,9 @@ import (
 //     SQL or a body the catalog account cannot see counts as writing
 //     everything) is refused wherever it is called.
 //   - An event that writes a protected table cannot be fenced: reported.
+//   - A protected table whose triggers or cascades reach other protected
+//     tables is listed too, with those others: its writes need their
+//     leases as well as its own.
 //
 // An object reaching a lease table cannot be fenced at all (a worker with
 // any valid lease could forge another's): its writes are refused.
@@ -599,10 +602,23 @@ func (c *closer) result(snap *Snapshot) *Closure {
 		names[key(fk.RefSchema, fk.RefTable)] = ref{fk.RefSchema, fk.RefTable}
 	}
 	for _, k := range c.objects() {
-		if _, prot := c.byKey[k]; prot {
-			continue // protected tables are the rewriter's own business
-		}
 		fs := c.full[k]
+		if i, prot := c.byKey[k]; prot && fs != nil {
+			// A write to a protected table is fenced with its own lease
+			// by the rewriter; its triggers and cascades may reach other
+			// protected tables (another lease, the lease table): those
+			// are the closure's.
+			var others [3]set
+			for op := 0; op < 3; op++ {
+				others[op] = set{}
+				for j := range fs[op] {
+					if j != i {
+						others[op][j] = struct{}{}
+					}
+				}
+			}
+			fs = &others
+		}
 		if fs == nil || len(fs[0])+len(fs[1])+len(fs[2]) == 0 {
 			continue
 		}

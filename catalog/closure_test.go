@@ -157,6 +157,22 @@ func TestClose(t *testing.T) {
 			},
 		},
 		{
+			name: "a protected table whose trigger and cascade reach other protected tables",
+			snap: Snapshot{
+				Triggers: []Trigger{
+					{Schema: "app", Name: "j_ai", Table: "jobs", Event: OpInsert, Body: "INSERT INTO ledger (id) VALUES (NEW.id)"},
+					{Schema: "app", Name: "j_au", Table: "jobs", Event: OpUpdate, Body: "UPDATE fenced_job_leases SET fence_token = 0"},
+					{Schema: "app", Name: "j_bd", Table: "jobs", Event: OpDelete, Body: "SET @x = 1"},
+				},
+				ForeignKeys: []ForeignKey{
+					{Schema: "app", Name: "fk_l", Table: "ledger", RefSchema: "app", RefTable: "jobs", OnDelete: "CASCADE", OnUpdate: "RESTRICT"},
+				},
+			},
+			want: []string{
+				"fence app.jobs (triggers+cascade) INSERT: app.ledger[billing]; UPDATE: app.fenced_job_leases[@]; DELETE: app.ledger[billing]; refuse UPDATE",
+			},
+		},
+		{
 			name: "procedure calling procedure, function calling function, from another schema",
 			snap: Snapshot{Routines: []Routine{
 				{Schema: "app", Name: "outer_p", Body: "BEGIN CALL inner_p(); END"},

@@ -26,7 +26,9 @@ type catalogEnv struct {
 	user  string // the proxy's account
 }
 
-func newCatalogEnv(t *testing.T) *catalogEnv {
+// newCatalogEnv: more are further protected tables (name: lease) beside
+// jobs; each is created as (id INT PRIMARY KEY, n INT).
+func newCatalogEnv(t *testing.T, more ...[2]string) *catalogEnv {
 	t.Helper()
 	s := dbtest.Shared(t)
 	db, root := newLeaseDB(t, s)
@@ -55,7 +57,12 @@ func newCatalogEnv(t *testing.T) *catalogEnv {
 	t.Cleanup(func() { root.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
 	t.Setenv("FP_TEST_CATALOG_PW", "cat-Pw1")
 	auditFile := t.TempDir() + "/audit.jsonl"
-	tp := startProxy(t, s.Addr, "tables:\n  - name: "+db+".jobs\naudit:\n  file: "+auditFile+"\n",
+	tablesYAML := "tables:\n  - name: " + db + ".jobs\n"
+	for _, m := range more {
+		mustExec(t, root, "CREATE TABLE "+m[0]+" (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0)")
+		tablesYAML += "  - name: " + db + "." + m[0] + "\n    lease: " + m[1] + "\n"
+	}
+	tp := startProxy(t, s.Addr, tablesYAML+"audit:\n  file: "+auditFile+"\n",
 		"user: "+user, "password_env: FP_TEST_CATALOG_PW")
 	store, err := lease.NewStore(root, db+".fenced_job_leases")
 	if err != nil {
@@ -97,6 +104,14 @@ func (e *catalogEnv) audits(t *testing.T) int {
 // await waits for a catalog refresh after which ok holds.
 func (e *catalogEnv) await(t *testing.T, what string, ok func(*catalog.Closure) bool) {
 	t.Helper()
+	e.awaitSnapshot(t, what, func(s *catalog.Snapshot) bool {
+		return ok(catalog.Close(s, rewrite.ProtectedFor(e.proxy.Policy)))
+	})
+}
+
+// awaitSnapshot waits for a catalog refresh after which ok holds.
+func (e *catalogEnv) awaitSnapshot(t *testing.T, what string, ok func(*catalog.Snapshot) bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -105,8 +120,7 @@ func (e *catalogEnv) await(t *testing.T, what string, ok func(*catalog.Closure) 
 		if !on {
 			t.Fatal("the proxy keeps no catalog")
 		}
-		if st.Snapshot != nil && st.Err == nil &&
-			ok(catalog.Close(st.Snapshot, rewrite.ProtectedFor(e.proxy.Policy))) {
+		if st.Snapshot != nil && st.Err == nil && ok(st.Snapshot) {
 			return
 		}
 		if err := e.proxy.Proxy.WaitCatalog(ctx, n); err != nil {
@@ -622,4 +636,55 @@ func TestCatalogCascadeTriggers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCatalogProtectedTriggers: a protected table's own trigger writes
+// another protected table under a fixed lease: a write to the first needs
+// both leases (measured on main before: the trigger's write went through
+// with the first table's lease alone).
+func TestCatalogProtectedTriggers(t *testing.T) {
+	e := newCatalogEnv(t, [2]string{"ledger", "admin:ledger"})
+	mustExec(t, e.root, "CREATE TRIGGER jobs_au AFTER UPDATE ON jobs FOR EACH ROW INSERT INTO ledger (id, n) VALUES (NEW.id * 100 + NEW.n, NEW.n)")
+	e.awaitSnapshot(t, "the trigger on jobs", func(s *catalog.Snapshot) bool {
+		for _, tr := range s.Triggers {
+			if tr.Name == "jobs_au" {
+				return true
+			}
+		}
+		return false
+	})
+	dump := func() string { return tableDump(t, e.root, "jobs") + "--\n" + tableDump(t, e.root, "ledger") }
+	ctx := context.Background()
+
+	t.Run("jobs' lease alone", func(t *testing.T) {
+		c := e.session(t, true) // a valid lease, but not admin:ledger
+		before, n := dump(), e.audits(t)
+		if r := mustExec(t, c, "UPDATE jobs SET n = n + 1 WHERE id = 1"); rowsAffected(r) != 0 {
+			t.Errorf("the update affected %d rows without the ledger's lease", rowsAffected(r))
+		}
+		if after := dump(); after != before {
+			t.Errorf("the update changed the tables:\nbefore\n%s\nafter\n%s", before, after)
+		}
+		if got := e.audits(t); got != n+1 {
+			t.Errorf("%d new audit records, want 1", got-n)
+		}
+	})
+	t.Run("both leases (the session holds admin:ledger)", func(t *testing.T) {
+		c, err := appDB(t, e.proxy, e.db).Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := e.store.Acquire(ctx, "admin:ledger", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setFence(t, c, l)
+		if r := mustExec(t, c, "UPDATE jobs SET n = n + 1 WHERE id = 1"); rowsAffected(r) != 1 {
+			t.Errorf("the update affected %d rows, want 1", rowsAffected(r))
+		}
+		if got := queryString(t, e.root, "SELECT COUNT(*) FROM ledger"); got != "1" {
+			t.Errorf("ledger has %s rows, want the trigger's 1", got)
+		}
+	})
 }

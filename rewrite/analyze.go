@@ -49,7 +49,7 @@ func (in *stmtIn) tableRef(tn *ast.TableName, alias string, ctes map[string]bool
 		r.cte = ctes[strings.ToLower(tn.Name.O)]
 	}
 	r.prot = in.pc.e.lookup(r.schema, r.name)
-	if r.prot == nil && !r.cte {
+	if !r.cte {
 		r.fenced = in.pc.e.fencedRef(r.schema, r.name)
 	}
 	return r

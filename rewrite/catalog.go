@@ -12,7 +12,9 @@ import (
 // catalog) are matched like protected tables. A write to a view over a
 // protected table, to a table whose triggers write one, or a DELETE/UPDATE
 // of a parent whose foreign keys cascade into one, is fenced with the
-// protected tables' leases; a call of a routine that writes one is refused.
+// protected tables' leases (a protected table's own triggers and cascades
+// add the leases of the other protected tables they reach); a call of a
+// routine that writes one is refused.
 // Their names are needles of the fast path, so a statement that names none
 // of them is decided as before.
 
@@ -58,10 +60,13 @@ func (e *Engine) fencedRef(schema, name string) *catalog.Fenced {
 // catalog, or a refusal.
 func (in *stmtIn) derivedTargets(ts []Target, r *tref, ops catalog.Op) ([]Target, *stmtRes) {
 	e := in.pc.e
-	if r.prot != nil || r.derived || r.cte {
+	if r.derived || r.cte {
 		return ts, nil
 	}
 	f := r.fenced
+	if f == nil && r.prot != nil {
+		return ts, nil // the table's own fence; the catalog adds nothing
+	}
 	if f == nil {
 		if e.catStale != "" && !e.cat.Known(foldName(r.schema), foldName(r.name)) {
 			res := in.refuse(r.schema+"."+r.name, "fenceproxy cannot read its schema catalog ("+e.catStale+"), and this "+

@@ -26,6 +26,9 @@ func testSnapshot() *catalog.Snapshot {
 			{Schema: "app", Name: "orders_ai", Table: "orders", Event: catalog.OpInsert, Body: "INSERT INTO invoices (id) VALUES (NEW.id)"},
 			{Schema: "app", Name: "shipments_bd", Table: "shipments", Event: catalog.OpDelete, Body: "DELETE FROM billing.ledger WHERE id = OLD.id"},
 			{Schema: "app", Name: "forge_ai", Table: "forge", Event: catalog.OpInsert, Body: "UPDATE fenced_job_leases SET fence_token = fence_token + 1"},
+			// Triggers on protected tables that reach other protected tables.
+			{Schema: "app", Name: "runs_au", Table: "reconciliation_runs", Event: catalog.OpUpdate, Body: "UPDATE invoices SET amount = 0 WHERE id = NEW.id"},
+			{Schema: "billing", Name: "ledger_ai", Table: "ledger", Event: catalog.OpInsert, Body: "UPDATE fenced_job_leases SET fence_token = 0"},
 		},
 		ForeignKeys: []catalog.ForeignKey{
 			{Schema: "app", Name: "fk_customer", Table: "invoices", RefSchema: "app", RefTable: "customers", OnDelete: "CASCADE", OnUpdate: "RESTRICT"},
