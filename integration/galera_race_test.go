@@ -646,6 +646,23 @@ func TestGaleraProxyRace(t *testing.T) {
 	if want := float64(counts.rejected.Load() + counts.conflicts.Load()); rejected < want {
 		t.Errorf("the proxy counted %v rejections and conflicts, the writers saw %v", rejected, want)
 	}
+	// Every record names the writers' lease (from @fence_lease), whichever
+	// of the proxy's statements met the 1213, and none says lease_missing:
+	// the lease row always exists.
+	const rejections = "fenceproxy_stale_writes_rejected_total"
+	if n := series(t, tp.Reg, rejections, map[string]string{"lease": "job"}); n != rejected {
+		t.Errorf("%v of %v rejections and conflicts counted under lease job", n, rejected)
+		for _, r := range tp.Audit.Recent(1000) {
+			if r.Lease != "job" {
+				t.Logf("record under another lease: %+v", r)
+			}
+		}
+	}
+	if n := series(t, tp.Reg, rejections, map[string]string{"reason": "lease_missing"}); n != 0 {
+		t.Errorf("%v writes counted as lease_missing", n)
+	}
+	conflicts := series(t, tp.Reg, rejections, map[string]string{"reason": "conflict"})
+	t.Logf("proxy: %v conflicts, %v stale_token", conflicts, series(t, tp.Reg, rejections, map[string]string{"reason": "stale_token"}))
 }
 
 // BenchmarkGaleraFenceCost measures one autocommit write on node 1 per

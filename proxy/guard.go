@@ -191,7 +191,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		return c.relayResults(t)
 	}
 	// The transaction is the proxy's: it ends with this command.
-	defer func() { fg.fenced = nil }()
+	defer func() { fg.fenced, fg.deferred = nil, nil }()
 	c.x.holdEnd = true
 	defer func() { c.x.holdEnd = false }()
 	if err := send(); err != nil {
@@ -208,11 +208,19 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	}
 	c.x.holdEnd = false
 	_, cerr := c.readOwn()
-	if cerr != nil {
-		be, ok := cerr.(*backendError)
-		if !ok {
-			return cerr
+	if _, ok := cerr.(*backendError); cerr != nil && !ok {
+		return cerr
+	}
+	if ft := fg.deferred; ft != nil {
+		// The write itself met the conflict; the COMMIT after it committed
+		// nothing.
+		fg.deferred = nil
+		if err := fg.auditConflict(ft.rt, ft.fence, ft.v, fg.deferredCode); err != nil {
+			return err
 		}
+	}
+	if cerr != nil {
+		be := cerr.(*backendError)
 		// Nothing was committed: the client gets the COMMIT's error in
 		// place of the write's success (after its rows, for RETURNING).
 		c.x.held.p = nil

@@ -229,7 +229,15 @@ func (r *relayer) err(payload []byte, n int, inSet bool) error {
 			r.hook.result(result{isErr: true, err: parseErr(payload)})
 		}
 		if c.fence.fenced != nil && c.fence.engineConflict(code) {
-			return c.relayConflict(n, code)
+			if c.x.holdEnd {
+				// The proxy's COMMIT is queued behind this write: its
+				// response comes first, so the record (which may need a
+				// query of the proxy's own) waits for guardedWrite.
+				c.fence.deferred, c.fence.deferredCode = c.fence.fenced, code
+				c.fence.fenced = nil
+			} else {
+				return c.relayConflict(n, code)
+			}
 		}
 	}
 	_, err := c.relayPacket()

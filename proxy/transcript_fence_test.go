@@ -297,6 +297,30 @@ conflict, with the lease name from @fence_lease.`,
 		h.audit()
 	},
 }, {
+	name: "galera_conflict_at_write_in_own_transaction",
+	about: `On Galera, an autocommit write the proxy wrapped in its own transaction meets 1213 itself,
+with the proxy's COMMIT already sent behind it: the COMMIT's answer is read first, then the session's
+fence variables for the record (reading them before would take the COMMIT's answer for theirs); the
+client gets the write's 1213, and one audit record says conflict, with the lease name.`,
+	backend: "engine: galera",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		setFence(c, "1")
+		c.query("UPDATE invoices SET v = 2 WHERE id = 1")
+		c.backendGets()
+		c.backendGets()
+		c.respond(okPkt(0, 0, stInTrans, 0, ""))
+		c.respond(okPkt(1, 0, stInTrans, 0, rowsMatched("1")))
+		c.backendGets()
+		c.backendGets()
+		c.respond(errPkt(1213, "40001", "Deadlock found when trying to get lock; try restarting transaction"))
+		c.respond(okPkt(0, 0, stAuto, 0, ""))
+		c.backendGets()
+		c.respond(c.resultSet(stAuto, strCols("missing", "lease", "owner", "token"), []string{"0", "job", ownerHash, "1"})...)
+		c.response()
+		h.audit()
+	},
+}, {
 	name: "zero_row_check_deadlock",
 	about: `The locking lease check after a 0-row fenced UPDATE in the client's transaction is chosen as a
 deadlock victim (1213): the transaction is gone, so the client gets the 1213 in place of the held
