@@ -25,10 +25,12 @@ import (
 //	invoices             lease from @fence_lease
 //	notes                not protected
 type fencedEnv struct {
+	eng    string // engMariaDB, engGalera or engTiDB
 	srv    *dbserver.Server
 	db     string
 	proxy  *testProxy
-	root   *sql.DB // direct, admin
+	root   *sql.DB // direct to the proxy's backend (Galera: node 1), admin
+	other  *sql.DB // direct, where other workers take leases over (Galera: node 2; else root)
 	store  *lease.Store
 	audits string // audit file
 }
@@ -40,13 +42,25 @@ type envOptions struct {
 	tables  []string         // more protected tables (unqualified, in the env's database), created by the test
 	audit   string           // more keys of the audit section, each line indented by two spaces
 	backend []string         // more backend keys ("user: x")
-	server  *dbserver.Server // default: dbtest.Shared
+	server  *dbserver.Server // default: the engine's (mariadb: dbtest.Shared)
+	engine  string           // engMariaDB (default), engGalera or engTiDB
 }
 
 func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	t.Helper()
+	if o.engine == "" {
+		o.engine = engMariaDB
+	}
 	s := o.server
-	if s == nil {
+	var cluster *dbserver.Cluster
+	switch {
+	case s != nil:
+	case o.engine == engGalera:
+		cluster = dbtest.SharedGalera(t)
+		s = cluster.Nodes[0]
+	case o.engine == engTiDB:
+		s = dbtest.SharedTiDB(t)
+	default:
 		s = dbtest.Shared(t)
 	}
 	db, root := newLeaseDB(t, s)
@@ -72,11 +86,29 @@ func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	}
 	yml += "audit:\n  file: " + auditFile + "\n" + o.audit + o.extra
 	tp := startProxy(t, s.Addr, yml, o.backend...)
-	store, err := lease.NewStore(root, db+".fenced_job_leases")
+	other := root
+	if cluster != nil {
+		// Every admin read waits for what the cluster committed before it
+		// (wsrep_sync_wait), so that a takeover on node 2 is what node 1
+		// shows next; the proxy's own sessions get no such help.
+		dbtest.AwaitGalera(t, cluster)
+		root = dbtest.Open(t, withParam(s.RootDSN(db), "wsrep_sync_wait=15"))
+		other = dbtest.Open(t, withParam(cluster.Nodes[1].RootDSN(db), "wsrep_sync_wait=15"))
+	}
+	store, err := lease.NewStore(other, db+".fenced_job_leases")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fencedEnv{srv: s, db: db, proxy: tp, root: root, store: store, audits: auditFile}
+	return &fencedEnv{eng: o.engine, srv: s, db: db, proxy: tp, root: root, other: other, store: store, audits: auditFile}
+}
+
+// sync waits until the proxy's backend has applied what was committed
+// elsewhere (on Galera: another node) before it returns.
+func (e *fencedEnv) sync(t *testing.T) {
+	t.Helper()
+	if e.other != e.root {
+		queryString(t, e.root, "SELECT 1")
+	}
 }
 
 // session is one app connection through the proxy (a single connection, so
@@ -107,6 +139,7 @@ func (e *fencedEnv) acquire(t *testing.T, name string, ttl time.Duration) lease.
 	if err != nil {
 		t.Fatalf("acquire %s: %v", name, err)
 	}
+	e.sync(t)
 	return l
 }
 

@@ -23,76 +23,78 @@ import (
 // the SELECT return a row whatever its WHERE says) leaves the database
 // unchanged and is audited once.
 func TestIssue8StaleInsertBypasses(t *testing.T) {
-	e := newFencedEnv(t, envOptions{})
-	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-10', 10)")
-	mustExec(t, e.root, "INSERT INTO reconciliation_runs (id, status) VALUES (1, 'done')")
-	mustExec(t, e.root, "INSERT INTO notes (id, body) VALUES (1, 'n'), (2, 'm')")
-	inv := e.acquire(t, "invoice:acme", time.Minute)
-	rec := e.acquire(t, "admin:reconciliation", time.Minute)
-	cases := []struct {
-		name, lease, sql string
-		args             []any
-	}{
-		{"aggregate in VALUES", "inv", "INSERT INTO invoices (customer, period, amount) VALUES ('x', '2026-11', 7 + COUNT(*))", nil},
-		{"aggregate in SET", "inv", "INSERT INTO invoices SET customer = 'x', period = '2026-11', amount = COUNT(*)", nil},
-		{"REPLACE on a fixed-lease table", "rec", "REPLACE INTO reconciliation_runs (id, status, result) VALUES (1, 'hacked', 7 + COUNT(*))", nil},
-		{"ON DUPLICATE KEY UPDATE of an existing row", "rec", "INSERT INTO reconciliation_runs (id, status) VALUES (1, CONCAT('r', LEFT(COUNT(*), 0))) ON DUPLICATE KEY UPDATE status = 'pwned'", nil},
-		{"binary protocol", "inv", "INSERT INTO invoices (customer, period, amount) VALUES (?, '2026-11', COUNT(*) + ?)", []any{"x", 7}},
-		{"outer aggregate in a subquery of the select list", "inv", "INSERT INTO invoices (customer, period, amount) SELECT 'x', '2026-11', (SELECT COUNT(n.id)) FROM notes n", nil},
-		{"outer aggregate in ORDER BY", "inv", "INSERT INTO invoices (customer, period, amount) SELECT 'y', '2026-11', 1 FROM notes n ORDER BY (SELECT COUNT(n.id)) LIMIT 1", nil},
-		{"outer aggregate in HAVING", "inv", "INSERT INTO invoices (customer, period, amount) SELECT 'z', '2026-11', 1 FROM notes n HAVING (SELECT COUNT(n.id)) >= 0", nil},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, txn := range []bool{false, true} {
-				c := e.session(t)
-				l := inv
-				if tc.lease == "rec" {
-					l = rec
-				}
-				stale := l
-				stale.Token--
-				setFence(t, c, stale)
-				before := tableDump(t, e.root, "invoices") + tableDump(t, e.root, "reconciliation_runs")
-				audits := len(e.auditRecords(t))
-				if txn {
-					mustExec(t, c, "BEGIN")
-				}
-				derr := directRolledBack(t, e, tc.sql, tc.args)
-				r, err := c.ExecContext(context.Background(), tc.sql, tc.args...)
-				wantAudit := 1
-				switch {
-				case err != nil && len(tc.args) > 0 && errCode(err) == errCode(derr):
-					// The server refuses to prepare it, as it does directly:
-					// nothing ran, so nothing was rejected.
-					wantAudit = 0
-				case err != nil:
-					t.Fatalf("txn=%v: %v", txn, err)
-				default:
-					if n, _ := r.RowsAffected(); n != 0 {
-						t.Fatalf("txn=%v: stale write affected %d rows", txn, n)
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-10', 10)")
+		mustExec(t, e.root, "INSERT INTO reconciliation_runs (id, status) VALUES (1, 'done')")
+		mustExec(t, e.root, "INSERT INTO notes (id, body) VALUES (1, 'n'), (2, 'm')")
+		inv := e.acquire(t, "invoice:acme", time.Minute)
+		rec := e.acquire(t, "admin:reconciliation", time.Minute)
+		cases := []struct {
+			name, lease, sql string
+			args             []any
+		}{
+			{"aggregate in VALUES", "inv", "INSERT INTO invoices (customer, period, amount) VALUES ('x', '2026-11', 7 + COUNT(*))", nil},
+			{"aggregate in SET", "inv", "INSERT INTO invoices SET customer = 'x', period = '2026-11', amount = COUNT(*)", nil},
+			{"REPLACE on a fixed-lease table", "rec", "REPLACE INTO reconciliation_runs (id, status, result) VALUES (1, 'hacked', 7 + COUNT(*))", nil},
+			{"ON DUPLICATE KEY UPDATE of an existing row", "rec", "INSERT INTO reconciliation_runs (id, status) VALUES (1, CONCAT('r', LEFT(COUNT(*), 0))) ON DUPLICATE KEY UPDATE status = 'pwned'", nil},
+			{"binary protocol", "inv", "INSERT INTO invoices (customer, period, amount) VALUES (?, '2026-11', COUNT(*) + ?)", []any{"x", 7}},
+			{"outer aggregate in a subquery of the select list", "inv", "INSERT INTO invoices (customer, period, amount) SELECT 'x', '2026-11', (SELECT COUNT(n.id)) FROM notes n", nil},
+			{"outer aggregate in ORDER BY", "inv", "INSERT INTO invoices (customer, period, amount) SELECT 'y', '2026-11', 1 FROM notes n ORDER BY (SELECT COUNT(n.id)) LIMIT 1", nil},
+			{"outer aggregate in HAVING", "inv", "INSERT INTO invoices (customer, period, amount) SELECT 'z', '2026-11', 1 FROM notes n HAVING (SELECT COUNT(n.id)) >= 0", nil},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				for _, txn := range []bool{false, true} {
+					c := e.session(t)
+					l := inv
+					if tc.lease == "rec" {
+						l = rec
+					}
+					stale := l
+					stale.Token--
+					setFence(t, c, stale)
+					before := tableDump(t, e.root, "invoices") + tableDump(t, e.root, "reconciliation_runs")
+					audits := len(e.auditRecords(t))
+					if txn {
+						mustExec(t, c, "BEGIN")
+					}
+					derr := directRolledBack(t, e, tc.sql, tc.args)
+					r, err := c.ExecContext(context.Background(), tc.sql, tc.args...)
+					wantAudit := 1
+					switch {
+					case err != nil && len(tc.args) > 0 && errCode(err) == errCode(derr):
+						// The server refuses to prepare it, as it does directly:
+						// nothing ran, so nothing was rejected.
+						wantAudit = 0
+					case err != nil:
+						t.Fatalf("txn=%v: %v", txn, err)
+					default:
+						if n, _ := r.RowsAffected(); n != 0 {
+							t.Fatalf("txn=%v: stale write affected %d rows", txn, n)
+						}
+					}
+					if txn {
+						mustExec(t, c, "COMMIT")
+					}
+					if after := tableDump(t, e.root, "invoices") + tableDump(t, e.root, "reconciliation_runs"); after != before {
+						t.Fatalf("txn=%v: the stale write changed the database:\n%s\n->\n%s", txn, before, after)
+					}
+					recs := e.auditRecords(t)
+					if len(recs) != audits+wantAudit || wantAudit == 1 && recs[len(recs)-1].Reason != audit.StaleToken {
+						t.Fatalf("txn=%v: want %d stale_token audit records, got %d: %+v", txn, wantAudit, len(recs)-audits, recs[audits:])
+					}
+					// A valid fence gets the server's own verdict, as direct.
+					setFence(t, c, l)
+					derr = directRolledBack(t, e, tc.sql, tc.args)
+					_, perr := c.ExecContext(context.Background(), tc.sql, tc.args...)
+					if errCode(perr) != errCode(derr) {
+						t.Fatalf("txn=%v: valid fence: proxy %v, direct %v", txn, perr, derr)
 					}
 				}
-				if txn {
-					mustExec(t, c, "COMMIT")
-				}
-				if after := tableDump(t, e.root, "invoices") + tableDump(t, e.root, "reconciliation_runs"); after != before {
-					t.Fatalf("txn=%v: the stale write changed the database:\n%s\n->\n%s", txn, before, after)
-				}
-				recs := e.auditRecords(t)
-				if len(recs) != audits+wantAudit || wantAudit == 1 && recs[len(recs)-1].Reason != audit.StaleToken {
-					t.Fatalf("txn=%v: want %d stale_token audit records, got %d: %+v", txn, wantAudit, len(recs)-audits, recs[audits:])
-				}
-				// A valid fence gets the server's own verdict, as direct.
-				setFence(t, c, l)
-				derr = directRolledBack(t, e, tc.sql, tc.args)
-				_, perr := c.ExecContext(context.Background(), tc.sql, tc.args...)
-				if errCode(perr) != errCode(derr) {
-					t.Fatalf("txn=%v: valid fence: proxy %v, direct %v", txn, perr, derr)
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // directRolledBack runs a statement directly inside a transaction that it
@@ -121,35 +123,10 @@ func errCode(err error) int {
 	return 0
 }
 
-// writeOutcome is everything a client can see of a write and what it left.
-type writeOutcome struct {
-	err, affected, insertID, warnings, lastID, rowCount, rows, autoInc string
-}
-
-func (o writeOutcome) String() string {
-	return fmt.Sprintf("err=%s affected=%s insert_id=%s last_insert_id=%s row_count=%s auto_increment=%s\nwarnings: %s\nrows:\n%s",
-		o.err, o.affected, o.insertID, o.lastID, o.rowCount, o.autoInc, o.warnings, o.rows)
-}
-
 // TestGuardedInsertsMatchDirect is the proxy-level differential test of
-// INSERT and REPLACE: each statement runs directly and through the proxy
-// (valid fence) from the same table contents, in strict and non-strict
-// sql_mode, autocommit and inside a transaction, in the text and binary
-// protocol, and everything a client can see must be the same: error,
-// affected rows, insert id, SHOW WARNINGS, LAST_INSERT_ID(), table
-// contents, AUTO_INCREMENT; ROW_COUNT() too inside a transaction (after an
-// autocommit write the proxy's COMMIT resets it: documented).
+// INSERT and REPLACE (differentialRun), on every engine.
 func TestGuardedInsertsMatchDirect(t *testing.T) {
-	e := newFencedEnv(t, envOptions{})
-	l := e.acquire(t, "invoice:acme", 10*time.Minute)
-	seed := []string{
-		"INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-10', 10), (2, 'globex', '2026-10', 20)",
-		"INSERT INTO notes (id, body) VALUES (1, 'n'), (2, 'm')",
-	}
-	cases := []struct {
-		name, sql string
-		args      []any
-	}{
+	cases := []diffCase{
 		{"NULL into NOT NULL, single row", "INSERT INTO invoices (customer, period, amount) VALUES ('a', '2026-11', NULL)", nil},
 		{"NULL into NOT NULL, multi-row", "INSERT INTO invoices (customer, period, amount) VALUES ('a', '2026-11', NULL), ('b', '2026-11', 1)", nil},
 		{"aggregate in VALUES", "INSERT INTO invoices (customer, period, amount) VALUES ('x', '2026-11', 7 + COUNT(*))", nil},
@@ -172,62 +149,9 @@ func TestGuardedInsertsMatchDirect(t *testing.T) {
 		{"binary protocol, NULL into NOT NULL", "INSERT INTO invoices (customer, period, amount) VALUES (?, ?, ?)", []any{"p", "2026-11", nil}},
 		{"binary protocol, aggregate", "INSERT INTO invoices (customer, period, amount) VALUES (?, '2026-11', COUNT(*) + ?)", []any{"x", 7}},
 	}
-	ctx := context.Background()
-	run := func(t *testing.T, c *sql.Conn, q string, args []any, mode string, txn bool) writeOutcome {
-		t.Helper()
-		for _, s := range []string{"TRUNCATE TABLE invoices", "TRUNCATE TABLE notes"} {
-			mustExec(t, e.root, s)
-		}
-		for _, s := range seed {
-			mustExec(t, e.root, s)
-		}
-		mustExec(t, c, "SET SESSION sql_mode = '"+mode+"'")
-		mustExec(t, c, "SELECT LAST_INSERT_ID(0)")
-		if txn {
-			mustExec(t, c, "BEGIN")
-		}
-		var o writeOutcome
-		r, err := c.ExecContext(ctx, q, args...)
-		o.err = fmt.Sprint(errCode(err))
-		if err == nil {
-			n, _ := r.RowsAffected()
-			id, _ := r.LastInsertId()
-			o.affected, o.insertID = fmt.Sprint(n), fmt.Sprint(id)
-		}
-		o.warnings = connRows(t, c, "SHOW WARNINGS")
-		if txn {
-			o.rowCount = connRows(t, c, "SELECT ROW_COUNT()")
-			mustExec(t, c, "COMMIT")
-		}
-		o.lastID = connRows(t, c, "SELECT LAST_INSERT_ID()")
-		o.rows = tableDump(t, e.root, "invoices")
-		o.autoInc = queryString(t, e.root, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'invoices'")
-		return o
-	}
-	direct, err := e.root.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	proxied := e.session(t)
-	setFence(t, proxied, l)
-	for _, tc := range cases {
-		for _, mode := range []string{"STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION", ""} {
-			for _, txn := range []bool{false, true} {
-				name := fmt.Sprintf("%s/sql_mode=%q/txn=%v", tc.name, mode, txn)
-				t.Run(name, func(t *testing.T) {
-					want := run(t, direct, tc.sql, tc.args, mode, txn)
-					got := run(t, proxied, tc.sql, tc.args, mode, txn)
-					if got != want {
-						t.Fatalf("through the proxy:\n%s\ndirect:\n%s", got, want)
-					}
-				})
-			}
-		}
-	}
-	if n := len(e.auditRecords(t)); n != 0 {
-		t.Fatalf("%d audit records for writes with a valid fence", n)
-	}
+	forEachEngine(t, func(t *testing.T, eng string) {
+		differentialRun(t, eng, cases)
+	})
 }
 
 // connRows runs a query on one connection and returns its rows as text.
@@ -270,45 +194,47 @@ func connRows(t *testing.T, c *sql.Conn, q string) string {
 // TestGuardErrors: a guard that cannot run answers the write with its
 // error, and nothing of the write is sent.
 func TestGuardErrors(t *testing.T) {
-	e := newFencedEnv(t, envOptions{})
-	l := e.acquire(t, "invoice:acme", time.Minute)
-	ctx := context.Background()
-	t.Run("lock wait timeout", func(t *testing.T) {
-		// Another session holds the lease row exclusively (as a takeover in
-		// progress would).
-		holder, err := e.root.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Close()
-		mustExec(t, holder, "BEGIN")
-		mustExec(t, holder, "SELECT * FROM fenced_job_leases WHERE lease_name = 'invoice:acme' FOR UPDATE")
-		c := e.session(t)
-		setFence(t, c, l)
-		mustExec(t, c, "SET SESSION innodb_lock_wait_timeout = 1")
-		_, err = c.ExecContext(ctx, "INSERT INTO invoices (customer, period, amount) VALUES ('w', '2026-11', 1)")
-		if errCode(err) != 1205 {
-			t.Fatalf("want ERROR 1205, got %v", err)
-		}
-		mustExec(t, holder, "ROLLBACK")
-		if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer = 'w'"); n != "0" {
-			t.Fatalf("%s rows written", n)
-		}
-		// The connection is usable, outside a transaction, and the next
-		// write goes through.
-		if r := mustExec(t, c, "INSERT INTO invoices (customer, period, amount) VALUES ('w', '2026-11', 1)"); rowsAffected(r) != 1 {
-			t.Fatal("write after the timeout changed nothing")
-		}
-	})
-	t.Run("lease table missing", func(t *testing.T) {
-		c := e.session(t)
-		setFence(t, c, l)
-		mustExec(t, e.root, "RENAME TABLE fenced_job_leases TO fenced_job_leases_away")
-		defer mustExec(t, e.root, "RENAME TABLE fenced_job_leases_away TO fenced_job_leases")
-		_, err := c.ExecContext(ctx, "INSERT INTO invoices (customer, period, amount) VALUES ('m', '2026-11', 1)")
-		if errCode(err) != 1146 || !strings.Contains(err.Error(), "run fenceproxy init") {
-			t.Fatalf("want ERROR 1146 saying to run fenceproxy init, got %v", err)
-		}
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		l := e.acquire(t, "invoice:acme", time.Minute)
+		ctx := context.Background()
+		t.Run("lock wait timeout", func(t *testing.T) {
+			// Another session holds the lease row exclusively (as a takeover in
+			// progress would).
+			holder, err := e.root.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Close()
+			mustExec(t, holder, "BEGIN")
+			mustExec(t, holder, "SELECT * FROM fenced_job_leases WHERE lease_name = 'invoice:acme' FOR UPDATE")
+			c := e.session(t)
+			setFence(t, c, l)
+			mustExec(t, c, "SET SESSION innodb_lock_wait_timeout = 1")
+			_, err = c.ExecContext(ctx, "INSERT INTO invoices (customer, period, amount) VALUES ('w', '2026-11', 1)")
+			if errCode(err) != 1205 {
+				t.Fatalf("want ERROR 1205, got %v", err)
+			}
+			mustExec(t, holder, "ROLLBACK")
+			if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer = 'w'"); n != "0" {
+				t.Fatalf("%s rows written", n)
+			}
+			// The connection is usable, outside a transaction, and the next
+			// write goes through.
+			if r := mustExec(t, c, "INSERT INTO invoices (customer, period, amount) VALUES ('w', '2026-11', 1)"); rowsAffected(r) != 1 {
+				t.Fatal("write after the timeout changed nothing")
+			}
+		})
+		t.Run("lease table missing", func(t *testing.T) {
+			c := e.session(t)
+			setFence(t, c, l)
+			mustExec(t, e.root, "RENAME TABLE fenced_job_leases TO fenced_job_leases_away")
+			defer mustExec(t, e.root, "RENAME TABLE fenced_job_leases_away TO fenced_job_leases")
+			_, err := c.ExecContext(ctx, "INSERT INTO invoices (customer, period, amount) VALUES ('m', '2026-11', 1)")
+			if errCode(err) != 1146 || !strings.Contains(err.Error(), "run fenceproxy init") {
+				t.Fatalf("want ERROR 1146 saying to run fenceproxy init, got %v", err)
+			}
+		})
 	})
 }
 
@@ -316,28 +242,30 @@ func TestGuardErrors(t *testing.T) {
 // inside START TRANSACTION ... COMMIT, leaves the session outside a
 // transaction, and the client is told so.
 func TestGuardedInsertStatusFlags(t *testing.T) {
-	e := newFencedEnv(t, envOptions{})
-	l := e.acquire(t, "invoice:acme", time.Minute)
-	c := e.session(t)
-	setFence(t, c, l)
-	mustExec(t, c, "INSERT INTO invoices (customer, period, amount) VALUES ('s', '2026-11', 1)")
-	if got := connRows(t, c, "SELECT @@in_transaction"); got != "0;" {
-		t.Fatalf("@@in_transaction after an autocommit INSERT = %s", got)
-	}
-	// Visible to another session at once: it was committed.
-	if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer = 's'"); n != "1" {
-		t.Fatalf("%s rows visible", n)
-	}
-	// A failed guarded write in a transaction keeps the transaction.
-	mustExec(t, c, "BEGIN")
-	mustExec(t, c, "INSERT INTO invoices (customer, period, amount) VALUES ('t', '2026-11', 1)")
-	if _, err := c.ExecContext(context.Background(), "INSERT INTO invoices (customer, period, amount) VALUES ('t', '2026-11', 1)"); errCode(err) != 1062 {
-		t.Fatalf("want a duplicate key error, got %v", err)
-	}
-	mustExec(t, c, "ROLLBACK")
-	if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer = 't'"); n != "0" {
-		t.Fatalf("%s rows after ROLLBACK", n)
-	}
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		l := e.acquire(t, "invoice:acme", time.Minute)
+		c := e.session(t)
+		setFence(t, c, l)
+		mustExec(t, c, "INSERT INTO invoices (customer, period, amount) VALUES ('s', '2026-11', 1)")
+		if got := connRows(t, c, "SELECT @@in_transaction"); got != "0;" {
+			t.Fatalf("@@in_transaction after an autocommit INSERT = %s", got)
+		}
+		// Visible to another session at once: it was committed.
+		if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer = 's'"); n != "1" {
+			t.Fatalf("%s rows visible", n)
+		}
+		// A failed guarded write in a transaction keeps the transaction.
+		mustExec(t, c, "BEGIN")
+		mustExec(t, c, "INSERT INTO invoices (customer, period, amount) VALUES ('t', '2026-11', 1)")
+		if _, err := c.ExecContext(context.Background(), "INSERT INTO invoices (customer, period, amount) VALUES ('t', '2026-11', 1)"); errCode(err) != 1062 {
+			t.Fatalf("want a duplicate key error, got %v", err)
+		}
+		mustExec(t, c, "ROLLBACK")
+		if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer = 't'"); n != "0" {
+			t.Fatalf("%s rows after ROLLBACK", n)
+		}
+	})
 }
 
 // TestGuardedWritesInPacketsAndDynamicSQL: a guarded write inside a
@@ -345,58 +273,60 @@ func TestGuardedInsertStatusFlags(t *testing.T) {
 // IMMEDIATE, or with RETURNING, is guarded like a plain one: it lands with
 // a valid fence, and with a stale one changes nothing and is audited.
 func TestGuardedWritesInPacketsAndDynamicSQL(t *testing.T) {
-	for _, onStale := range []string{"zero_rows", "error"} {
-		t.Run(onStale, func(t *testing.T) {
-			e := newFencedEnv(t, envOptions{onStale: onStale})
-			l := e.acquire(t, "invoice:acme", 10*time.Minute)
-			stale := l
-			stale.Token--
-			ctx := context.Background()
-			n := 0
-			for _, tc := range []struct {
-				name string
-				sql  func(c string) string
-				rows int // rows written with a valid fence
-			}{
-				{"multi-statement packet", func(c string) string {
-					return "INSERT INTO invoices (customer, period, amount) VALUES ('" + c + "a', '2026-11', 1); " +
-						"SELECT 1; INSERT INTO invoices (customer, period, amount) VALUES ('" + c + "b', '2026-11', COUNT(*) + 1)"
-				}, 1},
-				{"PREPARE and EXECUTE", func(c string) string {
-					return "PREPARE s FROM 'INSERT INTO invoices (customer, period, amount) VALUES (''" + c + "'', ''2026-11'', 1)'; EXECUTE s"
-				}, 1},
-				{"EXECUTE IMMEDIATE", func(c string) string {
-					return "EXECUTE IMMEDIATE 'INSERT INTO invoices (customer, period, amount) VALUES (''" + c + "'', ''2026-11'', 1)'"
-				}, 1},
-				{"RETURNING", func(c string) string {
-					return "INSERT INTO invoices (customer, period, amount) VALUES ('" + c + "', '2026-11', 1) RETURNING id"
-				}, 1},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					n++
-					cust := fmt.Sprintf("c%d", n)
-					count := func() string {
-						return queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer LIKE ?", cust+"%")
-					}
-					c := e.session(t, "multiStatements=true")
-					setFence(t, c, stale)
-					audits := len(e.auditRecords(t))
-					runAll(ctx, c, tc.sql(cust))
-					if got := count(); got != "0" {
-						t.Fatalf("stale fence: %s rows written", got)
-					}
-					if len(e.auditRecords(t)) <= audits {
-						t.Fatal("stale fence: no audit record")
-					}
-					setFence(t, c, l)
-					runAll(ctx, c, tc.sql(cust))
-					if got := count(); got != fmt.Sprint(tc.rows) {
-						t.Fatalf("valid fence: %s rows written, want %d", got, tc.rows)
-					}
-				})
-			}
-		})
-	}
+	forEachEngine(t, func(t *testing.T, eng string) {
+		for _, onStale := range []string{"zero_rows", "error"} {
+			t.Run(onStale, func(t *testing.T) {
+				e := newFencedEnv(t, envOptions{engine: eng, onStale: onStale})
+				l := e.acquire(t, "invoice:acme", 10*time.Minute)
+				stale := l
+				stale.Token--
+				ctx := context.Background()
+				n := 0
+				for _, tc := range []struct {
+					name string
+					sql  func(c string) string
+					rows int // rows written with a valid fence
+				}{
+					{"multi-statement packet", func(c string) string {
+						return "INSERT INTO invoices (customer, period, amount) VALUES ('" + c + "a', '2026-11', 1); " +
+							"SELECT 1; INSERT INTO invoices (customer, period, amount) VALUES ('" + c + "b', '2026-11', COUNT(*) + 1)"
+					}, 1},
+					{"PREPARE and EXECUTE", func(c string) string {
+						return "PREPARE s FROM 'INSERT INTO invoices (customer, period, amount) VALUES (''" + c + "'', ''2026-11'', 1)'; EXECUTE s"
+					}, 1},
+					{"EXECUTE IMMEDIATE", func(c string) string {
+						return "EXECUTE IMMEDIATE 'INSERT INTO invoices (customer, period, amount) VALUES (''" + c + "'', ''2026-11'', 1)'"
+					}, 1},
+					{"RETURNING", func(c string) string {
+						return "INSERT INTO invoices (customer, period, amount) VALUES ('" + c + "', '2026-11', 1) RETURNING id"
+					}, 1},
+				} {
+					t.Run(tc.name, func(t *testing.T) {
+						n++
+						cust := fmt.Sprintf("c%d", n)
+						count := func() string {
+							return queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer LIKE ?", cust+"%")
+						}
+						c := e.session(t, "multiStatements=true")
+						setFence(t, c, stale)
+						audits := len(e.auditRecords(t))
+						runAll(ctx, c, tc.sql(cust))
+						if got := count(); got != "0" {
+							t.Fatalf("stale fence: %s rows written", got)
+						}
+						if len(e.auditRecords(t)) <= audits {
+							t.Fatal("stale fence: no audit record")
+						}
+						setFence(t, c, l)
+						runAll(ctx, c, tc.sql(cust))
+						if got := count(); got != fmt.Sprint(tc.rows) {
+							t.Fatalf("valid fence: %s rows written, want %d", got, tc.rows)
+						}
+					})
+				}
+			})
+		}
+	})
 }
 
 // runAll runs a (multi-statement) text and reads every result, ignoring
