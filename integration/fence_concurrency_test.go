@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
 )
 
 // The safety property (DESIGN.md): once a takeover with token t+1 has
@@ -81,100 +82,215 @@ func checkEventLog(t *testing.T, e *fencedEnv) (writes, takeovers int) {
 }
 
 // TestStaleWritesInsideTransactions plays the two orders of a fenced write
-// (UPDATE with its in-statement fence, guarded INSERT) in an open
-// transaction and a takeover, at every isolation level, with a snapshot
-// taken before the takeover (except under SERIALIZABLE, where that read
-// locks the lease row).
+// (UPDATE, guarded INSERT) in an open transaction and a takeover, on every
+// engine and at every isolation level the engine has (Galera: the two the
+// issue names; TiDB has only READ COMMITTED and REPEATABLE READ, in
+// pessimistic and optimistic transactions), with a snapshot taken before
+// the takeover (except under SERIALIZABLE, where that read locks the lease
+// row). On Galera the takeover runs on node 2, the writer on node 1.
+//
+// Write first: where the writer's lock on the lease row is seen by the
+// takeover (MariaDB, TiDB pessimistic) the takeover waits for the writer's
+// commit; where it is not (Galera: row locks are local to a node; TiDB
+// optimistic) the takeover commits and the writer's COMMIT must fail with
+// the engine's conflict error (1213, 9007), audited as a conflict, its
+// write not landed. Takeover first: the stale write changes nothing and is
+// audited as stale_token, or (TiDB optimistic, whose guard reads the
+// transaction's snapshot) its COMMIT fails with the conflict.
 func TestStaleWritesInsideTransactions(t *testing.T) {
-	// The client chooses the isolation level: the fence must hold at each.
-	for _, iso := range []string{"READ UNCOMMITTED", "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"} {
-		t.Run(iso, func(t *testing.T) {
-			e := newFencedEnv(t, envOptions{})
-			installEventLog(t, e)
-			ctx := context.Background()
-			const name = "invoice:acme"
-			mustExec(t, e.root, "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', 0, 0)")
-
-			// UPDATE carries the fence in its text; INSERT goes out verbatim
-			// after the proxy's guard (a locking read of the lease row).
-			for _, w := range []struct{ name, q string }{
-				{"update", "UPDATE invoices SET amount = %d, token = @fence_token WHERE customer = 'acme'"},
-				{"insert odku", "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', %d, @fence_token) " +
-					"ON DUPLICATE KEY UPDATE amount = VALUES(amount), token = VALUES(token)"},
-				{"insert", "INSERT INTO invoices (customer, period, amount, token) VALUES (CONCAT('c', UUID_SHORT()), '2026-10', %d, @fence_token)"},
-			} {
-				t.Run(w.name+": write first: the takeover waits for the writer's commit", func(t *testing.T) {
-					a := e.session(t)
-					if w.name != "update" {
-						e.awaitExpired(t, name) // the previous form's takeover
+	forEachEngine(t, func(t *testing.T, eng string) {
+		// The client chooses the isolation level: the fence must hold at each.
+		levels := []string{"READ UNCOMMITTED", "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"}
+		modes := []string{""}
+		switch eng {
+		case engGalera:
+			levels = levels[1:3]
+		case engTiDB:
+			levels = levels[1:3]
+			modes = []string{"PESSIMISTIC", "OPTIMISTIC"}
+		}
+		for _, mode := range modes {
+			for _, iso := range levels {
+				name := iso
+				if mode != "" {
+					name = strings.ToLower(mode) + "/" + iso
+				}
+				t.Run(name, func(t *testing.T) {
+					if mode == "OPTIMISTIC" && iso == "READ COMMITTED" {
+						t.Skip("TiDB: READ COMMITTED applies to pessimistic transactions only")
 					}
-					// Long enough that A's write comes before its expiry on a
-					// loaded machine; the takeover then waits for that expiry.
-					la := e.acquire(t, name, 1500*time.Millisecond)
-					setFence(t, a, la)
-					mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
-					mustExec(t, a, "BEGIN")
-					if r := mustExec(t, a, fmt.Sprintf(w.q, 1)); rowsAffected(r) == 0 {
-						t.Fatal("valid fenced write changed nothing")
-					}
-					e.awaitExpired(t, name)
-					takeover := make(chan error, 1)
-					go func() {
-						_, err := e.store.Acquire(ctx, name, time.Second)
-						takeover <- err
-					}()
-					// The takeover must block on A's share lock: wait until the
-					// server is executing its UPDATE, and check it has not
-					// finished. (With triggers on the table the wait does not
-					// show as LOCK WAIT in innodb_trx, so look at the
-					// processlist.)
-					eventually(t, 5*time.Second, "the takeover's UPDATE to be running", func() bool {
-						select {
-						case err := <-takeover:
-							t.Fatalf("takeover finished while the fenced transaction was open: %v", err)
-						default:
-						}
-						return queryString(t, e.root, "SELECT COUNT(*) FROM information_schema.processlist "+
-							"WHERE command = 'Query' AND info LIKE 'UPDATE %fenced_job_leases%'") != "0"
-					})
-					select {
-					case err := <-takeover:
-						t.Fatalf("takeover finished while the fenced transaction was open: %v", err)
-					default:
-					}
-					mustExec(t, a, "COMMIT")
-					if err := <-takeover; err != nil {
-						t.Fatalf("takeover after commit: %v", err)
-					}
-				})
-				t.Run(w.name+": takeover first: the old snapshot does not leak into the write", func(t *testing.T) {
-					a := e.session(t)
-					e.awaitExpired(t, name)
-					la := e.acquire(t, name, 1500*time.Millisecond)
-					setFence(t, a, la)
-					mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
-					mustExec(t, a, "BEGIN")
-					// Take a snapshot that still shows A's lease as current.
-					// (SERIALIZABLE reads lock: the takeover would wait
-					// for A, which is the write-first case.)
-					if iso != "SERIALIZABLE" {
-						var tok uint64
-						if err := a.QueryRowContext(ctx, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ?", la.Name).Scan(&tok); err != nil || tok != la.Token {
-							t.Fatalf("snapshot read: %d %v", tok, err)
-						}
-					}
-					e.awaitExpired(t, la.Name)
-					if _, err := e.store.Acquire(ctx, la.Name, time.Second); err != nil {
-						t.Fatal(err)
-					}
-					if r := mustExec(t, a, fmt.Sprintf(w.q, 2)); rowsAffected(r) != 0 {
-						t.Fatal("stale write inside a transaction changed a row")
-					}
-					mustExec(t, a, "COMMIT")
+					staleInsideTransactions(t, eng, mode, iso)
 				})
 			}
-			checkEventLog(t, e)
+		}
+	})
+}
+
+func staleInsideTransactions(t *testing.T, eng, mode, iso string) {
+	e := newFencedEnv(t, envOptions{engine: eng})
+	if eng == engMariaDB {
+		installEventLog(t, e)
+	}
+	ctx := context.Background()
+	const name = "invoice:acme"
+	// Rows d1 and d2 are for the DELETEs.
+	mustExec(t, e.root, "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', 0, 0), ('acme', 'd1', 0, 0), ('acme', 'd2', 0, 0)")
+	// The writer's lock on the lease row holds a takeover back.
+	takeoverWaits := eng == engMariaDB || mode == "PESSIMISTIC"
+	conflictCode := map[string]int{engGalera: 1213, engTiDB: 9007}[eng]
+	begin := func(t *testing.T, a *sql.Conn) {
+		t.Helper()
+		mustExec(t, a, "SET TRANSACTION ISOLATION LEVEL "+iso)
+		mustExec(t, a, strings.TrimSpace("BEGIN "+mode))
+	}
+	// newAudits returns the audit records with reason since the first n.
+	newAudits := func(t *testing.T, n int, reason string) int {
+		t.Helper()
+		k := 0
+		for _, r := range e.auditRecords(t)[n:] {
+			if r.Reason == reason && r.Table == e.db+".invoices" {
+				k++
+			}
+		}
+		return k
+	}
+
+	// UPDATE carries the fence in its text on MariaDB; everything else goes
+	// out verbatim after the proxy's guard.
+	for i, w := range []struct{ name, q string }{
+		{"update", "UPDATE invoices SET amount = %d, token = @fence_token WHERE customer = 'acme' AND period = '2026-10'"},
+		{"insert odku", "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', %d, @fence_token) " +
+			"ON DUPLICATE KEY UPDATE amount = VALUES(amount), token = VALUES(token)"},
+		{"insert", "INSERT INTO invoices (customer, period, amount, token) VALUES (CONCAT('c', @fence_token), '2026-10', %d, @fence_token)"},
+		{"delete", "DELETE FROM invoices WHERE customer = 'acme' AND period = 'd%d'"},
+	} {
+		t.Run(w.name+": write first", func(t *testing.T) {
+			a := e.session(t)
+			if i > 0 {
+				e.awaitExpired(t, name) // the previous case's takeover
+			}
+			// Long enough that A's write comes before its expiry on a
+			// loaded machine; the takeover then waits for that expiry.
+			la := e.acquire(t, name, 1500*time.Millisecond)
+			setFence(t, a, la)
+			begin(t, a)
+			if r := mustExec(t, a, fmt.Sprintf(w.q, 1)); rowsAffected(r) == 0 {
+				t.Fatal("valid fenced write changed nothing")
+			}
+			e.awaitExpired(t, name)
+			takeover := make(chan error, 1)
+			go func() {
+				_, err := e.store.Acquire(ctx, name, time.Second)
+				takeover <- err
+			}()
+			if !takeoverWaits {
+				before := tableDump(t, e.root, "invoices")
+				audits := len(e.auditRecords(t))
+				if err := <-takeover; err != nil {
+					t.Fatalf("takeover while the fenced transaction is open: %v", err)
+				}
+				e.sync(t)
+				_, err := a.ExecContext(ctx, "COMMIT")
+				if errCode(err) != conflictCode {
+					t.Fatalf("COMMIT after the takeover: %v, want the engine's error %d", err, conflictCode)
+				}
+				if after := tableDump(t, e.root, "invoices"); after != before {
+					t.Fatalf("the stale transaction changed the table:\n%s\nwas\n%s", after, before)
+				}
+				if n := newAudits(t, audits, audit.Conflict); n != 1 {
+					t.Fatalf("%d conflict audit records, want 1", n)
+				}
+				return
+			}
+			// The takeover must block on A's lock: wait until the server is
+			// executing its UPDATE, and check it has not finished.
+			eventually(t, 10*time.Second, "the takeover to wait for the writer's lock", func() bool {
+				select {
+				case err := <-takeover:
+					t.Fatalf("takeover finished while the fenced transaction was open: %v", err)
+				default:
+				}
+				// (With triggers on the table the wait does not show as LOCK
+				// WAIT in innodb_trx, so look at the processlist.)
+				return queryString(t, e.root, "SELECT COUNT(*) FROM information_schema.processlist "+
+					"WHERE command = 'Query' AND db = ? AND info LIKE 'UPDATE %fenced_job_leases%'", e.db) != "0"
+			})
+			select {
+			case err := <-takeover:
+				t.Fatalf("takeover finished while the fenced transaction was open: %v", err)
+			default:
+			}
+			mustExec(t, a, "COMMIT")
+			if err := <-takeover; err != nil {
+				t.Fatalf("takeover after commit: %v", err)
+			}
+			if w.name != "delete" {
+				if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE amount = 1 AND token = ?", la.Token); n != "1" {
+					t.Fatalf("the valid write committed before the takeover is not in the table (%s rows)", n)
+				}
+			}
 		})
+		t.Run(w.name+": takeover first: the old snapshot does not leak into the write", func(t *testing.T) {
+			a := e.session(t)
+			e.awaitExpired(t, name)
+			la := e.acquire(t, name, 1500*time.Millisecond)
+			setFence(t, a, la)
+			begin(t, a)
+			// Take a snapshot that still shows A's lease as current.
+			// (SERIALIZABLE reads lock: the takeover would wait for A,
+			// which is the write-first case.)
+			if iso != "SERIALIZABLE" {
+				var tok uint64
+				if err := a.QueryRowContext(ctx, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ?", la.Name).Scan(&tok); err != nil || tok != la.Token {
+					t.Fatalf("snapshot read: %d %v", tok, err)
+				}
+			}
+			e.awaitExpired(t, la.Name)
+			if _, err := e.store.Acquire(ctx, la.Name, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			e.sync(t)
+			before := tableDump(t, e.root, "invoices")
+			audits := len(e.auditRecords(t))
+			r, werr := a.ExecContext(ctx, fmt.Sprintf(w.q, 2))
+			if werr != nil {
+				t.Fatalf("stale write: %v", werr)
+			}
+			_, cerr := a.ExecContext(ctx, "COMMIT")
+			switch {
+			case mode != "OPTIMISTIC":
+				if rowsAffected(r) != 0 || cerr != nil {
+					t.Fatalf("stale write inside a transaction: %d rows, COMMIT: %v", rowsAffected(r), cerr)
+				}
+				if n := newAudits(t, audits, audit.StaleToken); n != 1 {
+					t.Fatalf("%d stale_token audit records, want 1", n)
+				}
+			case rowsAffected(r) == 0:
+				// TiDB's optimistic guard reads the transaction's snapshot:
+				// the lease is A's there, but past its expiry (measured);
+				// the lease row it locked was changed since, so COMMIT
+				// fails too.
+				if cerr != nil && errCode(cerr) != conflictCode {
+					t.Fatalf("COMMIT: %v", cerr)
+				}
+				if n := newAudits(t, audits, audit.StaleToken) + newAudits(t, audits, audit.Expired); n != 1 {
+					t.Fatalf("%d stale_token or expired audit records, want 1", n)
+				}
+			default:
+				if errCode(cerr) != conflictCode {
+					t.Fatalf("the stale write passed its guard and COMMIT said %v, want the engine's %d", cerr, conflictCode)
+				}
+				if n := newAudits(t, audits, audit.Conflict); n != 1 {
+					t.Fatalf("%d conflict audit records, want 1", n)
+				}
+			}
+			if after := tableDump(t, e.root, "invoices"); after != before {
+				t.Fatalf("the stale transaction changed the table:\n%s\nwas\n%s", after, before)
+			}
+		})
+	}
+	if eng == engMariaDB {
+		checkEventLog(t, e)
 	}
 }
 
