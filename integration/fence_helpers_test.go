@@ -25,14 +25,15 @@ import (
 //	invoices             lease from @fence_lease
 //	notes                not protected
 type fencedEnv struct {
-	eng    string // engMariaDB, engGalera or engTiDB
-	srv    *dbserver.Server
-	db     string
-	proxy  *testProxy
-	root   *sql.DB // direct to the proxy's backend (Galera: node 1), admin
-	other  *sql.DB // direct, where other workers take leases over (Galera: node 2; else root)
-	store  *lease.Store
-	audits string // audit file
+	eng     string // engMariaDB, engGalera or engTiDB
+	srv     *dbserver.Server
+	db      string
+	proxy   *testProxy
+	root    *sql.DB // direct to the proxy's backend (Galera: node 1), admin
+	rootDSN string  // root's
+	other   *sql.DB // direct, where other workers take leases over (Galera: node 2; else root)
+	store   *lease.Store
+	audits  string // audit file
 }
 
 type envOptions struct {
@@ -86,20 +87,21 @@ func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	}
 	yml += "audit:\n  file: " + auditFile + "\n" + o.audit + o.extra
 	tp := startProxy(t, s.Addr, yml, o.backend...)
-	other := root
+	other, rootDSN := root, s.RootDSN(db)
 	if cluster != nil {
 		// Every admin read waits for what the cluster committed before it
 		// (wsrep_sync_wait), so that a takeover on node 2 is what node 1
 		// shows next; the proxy's own sessions get no such help.
 		dbtest.AwaitGalera(t, cluster)
-		root = dbtest.Open(t, withParam(s.RootDSN(db), "wsrep_sync_wait=15"))
+		rootDSN = withParam(rootDSN, "wsrep_sync_wait=15")
+		root = dbtest.Open(t, rootDSN)
 		other = dbtest.Open(t, withParam(cluster.Nodes[1].RootDSN(db), "wsrep_sync_wait=15"))
 	}
 	store, err := lease.NewStore(other, db+".fenced_job_leases")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fencedEnv{eng: o.engine, srv: s, db: db, proxy: tp, root: root, other: other, store: store, audits: auditFile}
+	return &fencedEnv{eng: o.engine, srv: s, db: db, proxy: tp, root: root, rootDSN: rootDSN, other: other, store: store, audits: auditFile}
 }
 
 // sync waits until the proxy's backend has applied what was committed

@@ -124,7 +124,8 @@ func errCode(err error) int {
 }
 
 // TestGuardedInsertsMatchDirect is the proxy-level differential test of
-// INSERT and REPLACE (differentialRun), on every engine.
+// INSERT and REPLACE (differentialRun), on every engine; the binary
+// protocol by the cases with placeholders.
 func TestGuardedInsertsMatchDirect(t *testing.T) {
 	cases := []diffCase{
 		{"NULL into NOT NULL, single row", "INSERT INTO invoices (customer, period, amount) VALUES ('a', '2026-11', NULL)", nil},
@@ -150,7 +151,7 @@ func TestGuardedInsertsMatchDirect(t *testing.T) {
 		{"binary protocol, aggregate", "INSERT INTO invoices (customer, period, amount) VALUES (?, '2026-11', COUNT(*) + ?)", []any{"x", 7}},
 	}
 	forEachEngine(t, func(t *testing.T, eng string) {
-		differentialRun(t, eng, cases)
+		differentialRun(t, eng, cases, false, true)
 	})
 }
 

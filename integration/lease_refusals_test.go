@@ -19,9 +19,33 @@ import (
 // owner and the next fence token, committed (on Galera on node 2).
 func (e *fencedEnv) takeover(t *testing.T, l lease.Lease) {
 	t.Helper()
-	defer e.sync(t)
-	mustExec(t, e.other, "UPDATE fenced_job_leases SET fence_token = fence_token + 1, owner_token = 'worker-B', "+
-		"leased_until = SYSDATE(3) + INTERVAL 1 HOUR WHERE lease_name = ?", l.Name)
+	if err := e.takeoverErr(context.Background(), l.Name); err != nil {
+		t.Fatal(err)
+	}
+	e.sync(t)
+}
+
+// takeoverErr is takeover without the test (for a goroutine), and without
+// waiting for the proxy's backend to apply it.
+func (e *fencedEnv) takeoverErr(ctx context.Context, name string) error {
+	_, err := e.other.ExecContext(ctx, "UPDATE fenced_job_leases SET fence_token = fence_token + 1, owner_token = 'worker-B', "+
+		"leased_until = SYSDATE(3) + INTERVAL 1 HOUR WHERE lease_name = ?", name)
+	return err
+}
+
+// forceLease gives lease name to a new owner at the next token for an
+// hour, whoever holds it (on Galera on node 2), as an acquire after its
+// expiry would, without waiting for the expiry.
+func (e *fencedEnv) forceLease(t *testing.T, name string) lease.Lease {
+	t.Helper()
+	l := lease.Lease{Name: name, Owner: lease.NewOwner()}
+	mustExec(t, e.other, "INSERT INTO fenced_job_leases (lease_name, owner_token, fence_token, leased_until) VALUES (?, ?, 1, SYSDATE(3) + INTERVAL 1 HOUR) "+
+		"ON DUPLICATE KEY UPDATE owner_token = VALUES(owner_token), fence_token = fence_token + 1, leased_until = VALUES(leased_until)", name, l.Owner)
+	if err := e.other.QueryRow("SELECT fence_token FROM fenced_job_leases WHERE lease_name = ?", name).Scan(&l.Token); err != nil {
+		t.Fatal(err)
+	}
+	e.sync(t)
+	return l
 }
 
 // expectRefusal requires that err is the proxy's refusal (ERR 1148) and
