@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/fenceproxy/fenceproxy/integration/dbserver"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 )
 
@@ -351,5 +353,66 @@ func runAll(ctx context.Context, c *sql.Conn, q string) {
 		if !rows.NextResultSet() {
 			return
 		}
+	}
+}
+
+// TestGuardedReturningWireMatchesDirect: a guarded autocommit INSERT ...
+// RETURNING, alone and in the middle of a multi-statement packet (which the
+// proxy runs one statement at a time, inside a transaction of its own for
+// the INSERT), reaches a raw client as the server's own answer would, byte
+// for byte: no IN_TRANS from the proxy's transaction in the metadata EOF,
+// and SERVER_MORE_RESULTS_EXISTS in every status of the packet's results
+// but the last one (measured on MariaDB: 0x0a in the first result set's
+// metadata EOF and terminator).
+func TestGuardedReturningWireMatchesDirect(t *testing.T) {
+	e := newFencedEnv(t, envOptions{})
+	l := e.acquire(t, "invoice:wire", time.Minute)
+	setVars := fmt.Sprintf("SET @fence_lease = '%s', @fence_owner = '%s', @fence_token = %d", l.Name, l.Owner, l.Token)
+	for _, deprecateEOF := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deprecate_eof=%v", deprecateEOF), func(t *testing.T) {
+			insert := func(customer string) string {
+				return "INSERT INTO invoices (customer, period, amount) VALUES ('" + customer + "', '2026-11', 1) RETURNING period, amount"
+			}
+			steps := func(prefix string) []string {
+				return []string{
+					setVars,
+					insert(prefix + "-alone"),
+					"SELECT 1; " + insert(prefix+"-packet") + "; SELECT 2",
+					"SELECT @@in_transaction",
+				}
+			}
+			run := func(addr, prefix string) []wireResponse {
+				t.Helper()
+				w, err := dialWire(addr, wireOptions{User: dbserver.AppUser, Password: dbserver.AppPassword, DB: e.db,
+					DeprecateEOF: deprecateEOF, MultiStatements: true})
+				if err != nil {
+					t.Fatalf("connect %s: %v", addr, err)
+				}
+				defer w.Close()
+				var out []wireResponse
+				for _, q := range steps(prefix) {
+					out = append(out, w.mustQuery(t, q))
+				}
+				return out
+			}
+			tag := fmt.Sprint(deprecateEOF)
+			direct := run(e.srv.Addr, "d"+tag)
+			proxied := run(e.proxy.Addr, "p"+tag)
+			for i, q := range steps("") {
+				if !responsesEqual(direct[i], proxied[i]) {
+					t.Errorf("%s: responses differ\ndirect:\n%sproxy:\n%s", q, direct[i], proxied[i])
+				}
+			}
+			if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer LIKE ?", "p"+tag+"-%"); n != "2" {
+				t.Errorf("%s rows written through the proxy, want 2", n)
+			}
+			if !deprecateEOF {
+				// The case the comparison is about: the direct answer's
+				// metadata EOF of the INSERT alone says autocommit only.
+				if p := direct[1].Packets[3].Payload; !bytes.Equal(p, []byte{0xfe, 0, 0, 2, 0}) {
+					t.Errorf("direct metadata EOF %x, want fe00000200", p)
+				}
+			}
+		})
 	}
 }

@@ -26,6 +26,11 @@ type exchange struct {
 	// held instead of the client (see guardedWrite).
 	holdEnd bool
 	held    heldPacket
+	scratch []byte // relayMarked's copy of a packet, reused
+	// own: status bits of a transaction the proxy opened around a guarded
+	// write in autocommit mode, removed from every status flags the
+	// response shows: the client's session never was in a transaction.
+	own uint16
 }
 
 // heldPacket is the final packet of a response, kept back from the client.
@@ -44,33 +49,50 @@ func (x *exchange) begin(seq byte) { x.cmdSeq, x.delta, x.started, x.lastErr = s
 // backend other packets than the client sent it.
 func (x *exchange) align(backendFirst, clientFirst byte) { x.delta = clientFirst - backendFirst }
 
-// endStatus is the status flags the end of the response carries: the
-// server's, with SERVER_MORE_RESULTS_EXISTS as the exchange says.
-func (x *exchange) endStatus(st uint16) uint16 {
-	st &^= mysql.SERVER_MORE_RESULTS_EXISTS
+// status is the status flags a packet of the response carries that ends
+// a result set's metadata or a result: the server's, less the proxy's own
+// transaction, with SERVER_MORE_RESULTS_EXISTS added when the proxy sends
+// the next statement itself (the server sets it in every status of a
+// multi-statement packet's results but the last one, measured on MariaDB
+// 10.11: SELECT 1; SELECT 2 shows 0x0a in the first set's metadata EOF and
+// terminator, 0x02 in the second's).
+func (x *exchange) status(st uint16) uint16 {
+	st &^= x.own
 	if x.more {
 		st |= mysql.SERVER_MORE_RESULTS_EXISTS
 	}
 	return st
 }
 
-// markEnd rewrites in place the status flags of p, the payload of the
-// response's final OK (or EOF packet, when eof), to endStatus with the bits
-// in clear removed. It reports false when p is not such a packet.
-func (x *exchange) markEnd(p []byte, eof bool, clear uint16) bool {
+// endStatus is the status flags the end of the response carries: status,
+// with SERVER_MORE_RESULTS_EXISTS only as the exchange says.
+func (x *exchange) endStatus(st uint16) uint16 {
+	return x.status(st &^ mysql.SERVER_MORE_RESULTS_EXISTS)
+}
+
+// statusOffset is where the status flags of p, the payload of an OK (or an
+// EOF packet, when eof), start; ok is false when p is not such a packet.
+func statusOffset(p []byte, eof bool) (int, bool) {
 	off := 3 // EOF: header, warnings, status
 	if !eof {
 		ok, valid := parseOK(p)
 		if !valid {
-			return false
+			return 0, false
 		}
 		off = ok.infoOff - 4
 	}
-	if len(p) < off+2 {
-		return false
+	return off, len(p) >= off+2
+}
+
+// markEnd rewrites in place the status flags of p, the payload of the
+// response's final OK (or EOF packet, when eof), to endStatus. It reports
+// false when p is not such a packet.
+func (x *exchange) markEnd(p []byte, eof bool) bool {
+	off, ok := statusOffset(p, eof)
+	if ok {
+		binary.LittleEndian.PutUint16(p[off:], x.endStatus(binary.LittleEndian.Uint16(p[off:])))
 	}
-	binary.LittleEndian.PutUint16(p[off:], x.endStatus(binary.LittleEndian.Uint16(p[off:])&^clear))
-	return true
+	return ok
 }
 
 // nextSeq is the sequence number of the next packet to the client: one past
@@ -113,25 +135,13 @@ func (c *clientConn) holdBackendPacket(n int) {
 	c.takeBackendPacket(n)
 }
 
-// writeHeld writes the held OK of a fenced write whose lease check passed,
-// marked as the end of the response.
+// writeHeld writes the held final packet of the response (the OK of a
+// fenced write whose lease check passed, or a guarded write's OK or result
+// set terminator after its COMMIT), marked as the end of the response.
 func (c *clientConn) writeHeld() error {
 	p := c.x.held.p
 	c.x.held.p = nil
-	if c.x.more {
-		c.x.markEnd(p, false, 0)
-	}
-	c.x.started = true
-	_, err := c.client.writePacket(c.x.held.seq+c.x.delta, p)
-	return err
-}
-
-// writeHeldAs writes the held final packet of a guarded write marked as
-// the end of the response, with the status bits in clear removed.
-func (c *clientConn) writeHeldAs(clear uint16) error {
-	p := c.x.held.p
-	c.x.held.p = nil
-	if !c.x.markEnd(p, c.x.held.eof, clear) {
+	if !c.x.markEnd(p, c.x.held.eof) {
 		return c.backend.sideErr(malformed("held packet"))
 	}
 	c.x.started = true
@@ -139,15 +149,32 @@ func (c *clientConn) writeHeldAs(clear uint16) error {
 	return err
 }
 
-// relayWithMore relays a result set's final terminator (pkt, payload of n
-// bytes, peeked) marked "more results follow": the proxy runs the next
-// statement of the client's packet itself.
-func (c *clientConn) relayWithMore(pkt []byte, n int) error {
-	out := append([]byte(nil), pkt[headerLen:]...)
-	c.x.markEnd(out, !c.deprecateEOF, 0)
+// relayMarked relays the backend's next packet (payload of n bytes, peeked
+// in pkt: an EOF packet, or an OK when !eof) with the status flags the
+// exchange makes of its own (end: it ends the response). The hot path
+// relays such packets unchanged: see needsMarks.
+func (c *clientConn) relayMarked(pkt []byte, n int, eof, end bool) error {
+	off, ok := statusOffset(pkt[headerLen:], eof)
+	if !ok {
+		return c.backend.sideErr(malformed("status flags"))
+	}
+	out := append(c.x.scratch[:0], pkt[headerLen:]...)
+	c.x.scratch = out
+	st := binary.LittleEndian.Uint16(out[off:])
+	if end {
+		st = c.x.endStatus(st)
+	} else {
+		st = c.x.status(st)
+	}
+	binary.LittleEndian.PutUint16(out[off:], st)
 	seq := pkt[3] + c.x.delta
 	c.takeBackendPacket(n)
 	c.x.started = true
 	_, err := c.client.writePacket(seq, out)
 	return err
 }
+
+// needsMarks reports whether status flags in the response differ from the
+// server's: the proxy runs a packet one statement at a time, or wraps a
+// guarded write in a transaction of its own.
+func (x *exchange) needsMarks() bool { return x.more || x.own != 0 }

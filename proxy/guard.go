@@ -192,8 +192,8 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	}
 	// The transaction is the proxy's: it ends with this command.
 	defer func() { fg.fenced, fg.deferred = nil, nil }()
-	c.x.holdEnd = true
-	defer func() { c.x.holdEnd = false }()
+	c.x.holdEnd, c.x.own = true, mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_STATUS_IN_TRANS_READONLY
+	defer func() { c.x.holdEnd, c.x.own = false, 0 }()
 	if err := send(); err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	if c.x.held.p == nil {
 		return nil // the write failed, and its ERR went out already
 	}
-	return c.writeHeldAs(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
+	return c.writeHeld()
 }
 
 // runGuards sends the guards (after a queued START TRANSACTION when wrap)

@@ -29,8 +29,11 @@ type responseHandler interface {
 	// setStart: a result set of cols columns; its column count packet is
 	// next.
 	setStart(cols uint64) error
-	// meta: a column definition, or the EOF after them.
+	// meta: a column definition.
 	meta() error
+	// metaEnd: the EOF after the column definitions (n bytes, status
+	// flags st), without CLIENT_DEPRECATE_EOF.
+	metaEnd(n int, st uint16) error
 	// row: one row, possibly split over several packets.
 	row() error
 	// setEnd: the terminator of a result set (n bytes, status flags st);
@@ -112,7 +115,7 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 		}
 	}
 	if !c.deprecateEOF {
-		payload, _, small, err := c.peekBackend()
+		payload, n, small, err := c.peekBackend()
 		if err != nil {
 			return 0, err
 		}
@@ -120,7 +123,7 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 			return 0, c.backend.sideErr(malformed("expected EOF after column definitions"))
 		}
 		st, _ := eofStatus(payload, false)
-		if err := h.meta(); err != nil {
+		if err := h.metaEnd(n, st); err != nil {
 			return 0, err
 		}
 		if st&mysql.SERVER_STATUS_CURSOR_EXISTS != 0 {
@@ -261,6 +264,16 @@ func (r *relayer) meta() error {
 	return err
 }
 
+func (r *relayer) metaEnd(n int, _ uint16) error {
+	c := r.c
+	if !c.x.needsMarks() {
+		_, err := c.relayPacket()
+		return err
+	}
+	pkt, _ := c.backend.r.Peek(headerLen + n)
+	return c.relayMarked(pkt, n, true, false)
+}
+
 func (r *relayer) row() error {
 	for {
 		n, err := r.c.relayPacket()
@@ -277,9 +290,9 @@ func (r *relayer) setEnd(n int, st uint16, final bool) error {
 		c.holdBackendPacket(n)
 		c.x.held.eof = !c.deprecateEOF
 		return nil
-	case c.x.more && final:
+	case c.x.needsMarks():
 		pkt, _ := c.backend.r.Peek(headerLen + n)
-		return c.relayWithMore(pkt, n)
+		return c.relayMarked(pkt, n, !c.deprecateEOF, final)
 	}
 	_, err := c.relayPacket()
 	return err
@@ -333,6 +346,8 @@ func (o *ownReader) setStart(cols uint64) error {
 }
 
 func (o *ownReader) meta() error { return o.skip() }
+
+func (o *ownReader) metaEnd(int, uint16) error { return o.skip() }
 
 func (o *ownReader) skip() error {
 	_, _, err := o.c.backend.readPacket(nil, maxWholePacket)

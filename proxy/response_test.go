@@ -122,8 +122,8 @@ func TestExecReader(t *testing.T) {
 }
 
 // TestMarkEnd: the end of a response says "more results follow" exactly
-// when the exchange says so, with the bits asked for removed, in an OK and
-// in an EOF packet.
+// when the exchange says so, without the proxy's own transaction's bits,
+// in an OK and in an EOF packet.
 func TestMarkEnd(t *testing.T) {
 	const (
 		more  = mysql.SERVER_MORE_RESULTS_EXISTS
@@ -149,8 +149,8 @@ func TestMarkEnd(t *testing.T) {
 			if tc.eof {
 				p = eofPayload(tc.in)
 			}
-			x := exchange{more: tc.more}
-			if !x.markEnd(p, tc.eof, tc.clear) {
+			x := exchange{more: tc.more, own: tc.clear}
+			if !x.markEnd(p, tc.eof) {
 				t.Fatal("markEnd refused a valid packet")
 			}
 			st, _ := eofStatus(p, false)
@@ -164,8 +164,42 @@ func TestMarkEnd(t *testing.T) {
 		})
 	}
 	var x exchange
-	if x.markEnd([]byte{mysql.OK_HEADER, 0}, false, 0) || x.markEnd([]byte{mysql.EOF_HEADER, 0}, true, 0) {
+	if x.markEnd([]byte{mysql.OK_HEADER, 0}, false) || x.markEnd([]byte{mysql.EOF_HEADER, 0}, true) {
 		t.Fatal("markEnd accepted a truncated packet")
+	}
+}
+
+// TestExchangeStatus: a status inside the response (a metadata EOF, a
+// result that is not the last) loses the proxy's own transaction's bits and
+// gains "more results" when the proxy runs the packet one statement at a
+// time, but keeps the server's own "more results".
+func TestExchangeStatus(t *testing.T) {
+	const (
+		more  = mysql.SERVER_MORE_RESULTS_EXISTS
+		trans = mysql.SERVER_STATUS_IN_TRANS
+		ro    = mysql.SERVER_STATUS_IN_TRANS_READONLY
+		auto  = mysql.SERVER_STATUS_AUTOCOMMIT
+	)
+	for _, tc := range []struct {
+		name      string
+		x         exchange
+		in, want  uint16
+		needsMark bool
+	}{
+		{"plain relay", exchange{}, auto | trans | more, auto | trans | more, false},
+		{"one by one", exchange{more: true}, auto, auto | more, true},
+		{"own transaction", exchange{own: trans | ro}, auto | trans | ro, auto, true},
+		{"own transaction, server's more kept", exchange{own: trans}, auto | trans | more, auto | more, true},
+		{"both", exchange{more: true, own: trans}, auto | trans, auto | more, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.x.status(tc.in); got != tc.want {
+				t.Errorf("status(%#x) = %#x, want %#x", tc.in, got, tc.want)
+			}
+			if got := tc.x.needsMarks(); got != tc.needsMark {
+				t.Errorf("needsMarks = %v, want %v", got, tc.needsMark)
+			}
+		})
 	}
 }
 

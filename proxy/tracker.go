@@ -81,7 +81,7 @@ func (t *tracker) patchMore(payload []byte, final bool) []byte {
 		return nil
 	}
 	out := append([]byte(nil), payload...)
-	t.c.x.markEnd(out, false, 0)
+	t.c.x.markEnd(out, false)
 	return out
 }
 

@@ -465,7 +465,8 @@ var eofCases = []transcriptCase{{
 	name: "held_eof_insert_returning",
 	about: `A client without CLIENT_DEPRECATE_EOF: column definitions end with an EOF. A guarded INSERT ...
 RETURNING in autocommit answers with a result set; the proxy relays its rows and holds the final
-EOF until its COMMIT succeeded, then sends it without IN_TRANS.`,
+EOF until its COMMIT succeeded, then sends it without IN_TRANS. The metadata EOF goes without
+IN_TRANS too, as MariaDB 10.11 sends it in autocommit (measured: fe 00 00 02 00).`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app", caps: eofCaps})
@@ -477,9 +478,6 @@ EOF until its COMMIT succeeded, then sends it without IN_TRANS.`,
 		c.respond(c.resultSet(stInTrans, []col{{"id", mysql.MYSQL_TYPE_LONG}}, []string{"5"})...)
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
-		h.note("KNOWN DIFFERENCE: MariaDB 10.11 itself (measured, mysql client, autocommit) sends this statement's metadata EOF\n" +
-			"# as fe 00 00 02 00 (AUTOCOMMIT only); through the proxy it carries IN_TRANS from the proxy's own\n" +
-			"# transaction: only the final packet is corrected. Fix the proxy, then regenerate this file.")
 		h.note("a lease function's result set in the same protocol")
 		c.query("SELECT fence_status()")
 		c.backendGets()
@@ -489,8 +487,9 @@ EOF until its COMMIT succeeded, then sends it without IN_TRANS.`,
 	},
 }, {
 	name: "one_by_one_eof_protocol",
-	about: `One-by-one execution for a client without CLIENT_DEPRECATE_EOF: the proxy marks the SELECT's final
-EOF with MORE_RESULTS, and a stale guarded INSERT in the middle answers OK 0 rows with
+	about: `One-by-one execution for a client without CLIENT_DEPRECATE_EOF: the proxy marks the SELECT's
+metadata EOF and final EOF with MORE_RESULTS (MariaDB 10.11 sends 0x0a in both for SELECT 1;
+SELECT 2, measured), and a stale guarded INSERT in the middle answers OK 0 rows with
 MORE_RESULTS (on_stale: zero_rows), then the packet goes on.`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
