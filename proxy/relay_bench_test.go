@@ -18,8 +18,10 @@ import (
 // over loopback TCP. The backend answers every command with one fixed
 // response, so the numbers are the proxy's cost (plus two loopback hops),
 // and allocs/op are the proxy's allocations per relayed command. This is a
-// benchmark of the relay, not a behaviour test: behaviour is tested against
-// a real server in integration/.
+// benchmark of the relay, not a behaviour test: behaviour is tested without
+// a server by the wire transcripts (transcript_test.go, golden files in
+// testdata/transcripts) and the unit tests next to the code, and against
+// real servers in integration/.
 
 // benchPacket frames payload as one packet with sequence number seq.
 func benchPacket(seq byte, payload []byte) []byte {
