@@ -148,17 +148,11 @@ func (t *tracker) applyLocks(st *rewrite.Stmt, r result) {
 // applyEffect records what a successful statement changed in the session.
 func (t *tracker) applyEffect(st *rewrite.Stmt) {
 	c := t.c
+	// NO_BACKSLASH_ESCAPES came from the OK's status flags already.
+	if c.sess.Apply(st, rewrite.AfterResult).Charset {
+		c.setCharset(c.sess.UnsafeCharset)
+	}
 	switch st.Kind {
-	case rewrite.Use:
-		c.sess.Schema = st.Schema
-	case rewrite.SetSQLMode:
-		// NO_BACKSLASH_ESCAPES comes from every OK's status flags.
-		c.sess.ANSIQuotes = st.ANSIQuotes
-		if st.SetsCharset {
-			c.setCharset(st.UnsafeCharset)
-		}
-	case rewrite.SetCharset:
-		c.setCharset(st.UnsafeCharset)
 	case rewrite.Prepare:
 		inner := st.Prepared
 		if inner == nil && st.Fence != nil {

@@ -22,6 +22,19 @@ type pstate struct {
 	unsafe bool // client character set unsafe or unknown
 }
 
+// session is st as a Session, for Session.Apply.
+func (st pstate) session() Session {
+	return Session{Schema: st.schema, ANSIQuotes: triOf(st.mode.ansiQuotes),
+		NoBackslashEscapes: triOf(st.mode.noBackslash), UnsafeCharset: st.unsafe}
+}
+
+func triOf(b bool) Tri {
+	if b {
+		return On
+	}
+	return Off
+}
+
 // stmtIn is one statement of a packet.
 type stmtIn struct {
 	pc    *packetCtx
@@ -176,28 +189,23 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 			break
 		}
 		// The session as the next statement sees it.
-		s := &res.stmt
-		switch s.Kind {
-		case Use:
-			st.schema = s.Schema
-		case SetSQLMode:
-			if s.ANSIQuotes == Unknown || s.NoBackslashEscapes == Unknown {
-				sub := pc.fork(next, st, s.ANSIQuotes, s.NoBackslashEscapes, norm)
-				out.merge(sub)
-				return out
-			}
-			st.mode.ansiQuotes = s.ANSIQuotes == On
-			st.mode.noBackslash = s.NoBackslashEscapes == On
+		sess := st.session()
+		eff := sess.Apply(&res.stmt, InPacket)
+		st.schema, st.unsafe = sess.Schema, sess.UnsafeCharset
+		if eff.Charset && sess.UnsafeCharset && pc.e.hasTables() && hasTrailPair(pc.src[next:]) {
+			out.refusal = &Refusal{Reason: "after this statement switches to a character set that may hide quotes or " +
+				"backslashes inside multibyte characters, a later statement of the query has a non-ASCII byte " +
+				"followed by one of @ [ \\ ] ^ ` { | } ~; send it in a query of its own"}
+			return out
 		}
-		if (s.Kind == SetCharset || s.SetsCharset) && s.UnsafeCharset {
-			st.unsafe = true
-			if pc.e.hasTables() && hasTrailPair(pc.src[next:]) {
-				out.refusal = &Refusal{Reason: "after this statement switches to a character set that may hide quotes or " +
-					"backslashes inside multibyte characters, a later statement of the query has a non-ASCII byte " +
-					"followed by one of @ [ \\ ] ^ ` { | } ~; send it in a query of its own"}
-				return out
-			}
+		if eff.ModeUnknown {
+			// The character set it may also have set counts: the rest is
+			// read under it.
+			out.merge(pc.fork(next, st, sess.ANSIQuotes, sess.NoBackslashEscapes, norm))
+			return out
 		}
+		st.mode.ansiQuotes = sess.ANSIQuotes == On
+		st.mode.noBackslash = sess.NoBackslashEscapes == On
 		pos = next
 	}
 	return out

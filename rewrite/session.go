@@ -13,6 +13,61 @@ import (
 // updated session, and the proxy applies the effects once the server has
 // executed the statements.
 
+// EffectAt says when a statement's session effect is applied: the two
+// places differ in what they know, and the difference is this input.
+type EffectAt uint8
+
+const (
+	// InPacket: while the rewriter reads the later statements of the same
+	// packet, before the server ran anything. NO_BACKSLASH_ESCAPES comes
+	// from the statement (no status flags yet), and an unsafe character
+	// set stays unsafe for the rest of the packet: the rest was checked
+	// for hidden quotes and backslashes once, under the unsafe one.
+	InPacket EffectAt = iota
+	// AfterResult: the server executed the statement successfully.
+	// NO_BACKSLASH_ESCAPES is left alone: the OK's status flags said it
+	// already. The character set becomes what the statement set, safe or
+	// not.
+	AfterResult
+)
+
+// Effect is what applying a statement did that its caller acts on.
+type Effect struct {
+	// ModeUnknown: sql_mode was set to a value the rewriter cannot read
+	// (ANSIQuotes or NoBackslashEscapes Unknown in the session now). In a
+	// packet the caller reads the rest under every reading it allows.
+	ModeUnknown bool
+	// Charset: the client character set was set; UnsafeCharset says what
+	// the session now believes of it.
+	Charset bool
+}
+
+// Apply records in s what st, a statement that ran, changed in the
+// session: the current schema, sql_mode's ANSI_QUOTES and
+// NO_BACKSLASH_ESCAPES, the client character set. It is the one place
+// both the rewriter (between the statements of a packet) and the proxy
+// (after the server's results) apply session effects.
+func (s *Session) Apply(st *Stmt, at EffectAt) Effect {
+	var e Effect
+	switch st.Kind {
+	case Use:
+		s.Schema = st.Schema
+	case SetSQLMode:
+		s.ANSIQuotes = st.ANSIQuotes
+		if at == InPacket {
+			s.NoBackslashEscapes = st.NoBackslashEscapes
+		}
+		e.ModeUnknown = st.ANSIQuotes == Unknown || st.NoBackslashEscapes == Unknown
+	}
+	if st.Kind == SetCharset || st.Kind == SetSQLMode && st.SetsCharset {
+		e.Charset = true
+		if at == AfterResult || st.UnsafeCharset {
+			s.UnsafeCharset = st.UnsafeCharset
+		}
+	}
+	return e
+}
+
 // useStmt: USE db. A USE fenceproxy cannot read is refused: a wrong idea of
 // the current schema would misplace unqualified table names.
 func (in *stmtIn) useStmt() stmtRes {
