@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+)
+
+// TestLeaseCheckLockWait: the lease check after a 0-row fenced write waits
+// for a lock on the lease row that another session (a takeover) took after
+// the write, and gets 1205 (lock wait timeout). The write, autocommit,
+// matched no row with a fence that held, and held its share lock on the
+// lease row while it ran; GET_LOCK on a third session keeps it running
+// until the takeover's FOR UPDATE is queued behind that lock, so the
+// takeover gets the row exactly between the write and the check. The
+// record must name the lease (here from @fence_lease) and say what the
+// engine answered; the client gets the write's own 0 rows (zero_rows) or
+// the 1205 (error), and keeps its connection.
+func TestLeaseCheckLockWait(t *testing.T) {
+	for _, onStale := range []string{"zero_rows", "error"} {
+		t.Run(onStale, func(t *testing.T) {
+			e := newFencedEnv(t, envOptions{onStale: onStale})
+			ctx := context.Background()
+			const ln = "invoice:acme"
+			mustExec(t, e.root, "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', 0, 0)")
+			l := e.forceLease(t, ln)
+			a := e.session(t)
+			setFence(t, a, l)
+			mustExec(t, a, "SET SESSION innodb_lock_wait_timeout = 1")
+			gate := directConn(t, e)
+			gateName := e.db + ":gate"
+			mustQueryOne(t, gate, "SELECT GET_LOCK(?, 0)", gateName)
+			holder := directConn(t, e)
+			mustExec(t, holder, "BEGIN")
+			t.Cleanup(func() { holder.ExecContext(context.Background(), "ROLLBACK") })
+			audits := len(e.auditRecords(t))
+
+			// GET_LOCK(...) = 2 is never true: the row matches the fence but
+			// not the WHERE, so the write changes nothing.
+			write := make(chan error, 1)
+			var affected int64 = -1
+			go func() {
+				r, err := a.ExecContext(ctx, "UPDATE invoices SET amount = 1 WHERE customer = 'acme' AND period = '2026-10' AND GET_LOCK(?, 30) = 2", gateName)
+				if err == nil {
+					affected, _ = r.RowsAffected()
+				}
+				write <- err
+			}()
+			eventually(t, 10*time.Second, "the write to wait for the gate", func() bool {
+				return queryString(t, e.root, "SELECT COUNT(*) FROM information_schema.processlist WHERE state = 'User lock' AND info LIKE 'UPDATE invoices%'") == "1"
+			})
+			took := make(chan error, 1)
+			go func() {
+				_, err := holder.ExecContext(ctx, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ? FOR UPDATE", ln)
+				took <- err
+			}()
+			eventually(t, 10*time.Second, "the takeover to wait for the write's share lock", func() bool {
+				return queryString(t, e.root, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE '%FOR UPDATE'") == "1"
+			})
+			mustQueryOne(t, gate, "SELECT RELEASE_LOCK(?)", gateName)
+			if err := <-took; err != nil {
+				t.Fatalf("takeover's lock: %v", err)
+			}
+			err := <-write
+			switch {
+			case onStale == "error" && errCode(err) != 1205:
+				t.Fatalf("write: %v (%d rows), want the lease check's 1205", err, affected)
+			case onStale == "zero_rows" && (err != nil || affected != 0):
+				t.Fatalf("write: %v (%d rows), want its own 0 rows", err, affected)
+			}
+			var one int
+			if err := a.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+				t.Fatalf("the session after the lock wait: %v", err)
+			}
+			recs := e.auditRecords(t)[audits:]
+			if len(recs) != 1 {
+				t.Fatalf("%d audit records, want 1: %+v", len(recs), recs)
+			}
+			r := recs[0]
+			if r.Reason != audit.Conflict || r.Lease != ln || r.Table != e.db+".invoices" || r.Outcome != onStale ||
+				r.PresentedToken == nil || *r.PresentedToken != l.Token || r.PresentedOwner == "" {
+				t.Fatalf("audit record %+v, want reason %s, lease %s, outcome %s, the presented token %d and owner", r, audit.Conflict, ln, onStale, l.Token)
+			}
+			if got := queryString(t, e.root, "SELECT amount FROM invoices WHERE period = '2026-10'"); got != "0.00" {
+				t.Fatalf("amount %s: the write changed the row", got)
+			}
+		})
+	}
+}
+
+// directConn is one admin connection straight to the proxy's backend.
+func directConn(t *testing.T, e *fencedEnv) *sql.Conn {
+	t.Helper()
+	c, err := e.root.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// mustQueryOne runs a query on c that must return "1".
+func mustQueryOne(t *testing.T, c *sql.Conn, q string, args ...any) {
+	t.Helper()
+	var s string
+	if err := c.QueryRowContext(context.Background(), q, args...).Scan(&s); err != nil || s != "1" {
+		t.Fatalf("%s: %q, %v", q, s, err)
+	}
+}
