@@ -192,6 +192,26 @@ func (t *tracker) finish() error {
 			}
 			return c.sendError(be.code, be.state, be.msg)
 		}
+		if be, ok := err.(*backendError); ok && be.code == erLockWait {
+			// The write's fence may have failed. Under on_stale: error
+			// its 0 rows must not reach the client as if it had held:
+			// the client gets the engine's error (the write changed
+			// nothing); under zero_rows the write's own 0 rows.
+			if t.rt.policy.OnStale != onStaleError {
+				if err := c.fence.auditLockWait(t.rt, t.held.fence, "zero_rows"); err != nil {
+					return err
+				}
+				if err := c.writeHeld(); err != nil {
+					return err
+				}
+				return t.restoreRowCount(t.held.pos)
+			}
+			c.x.held.p = nil
+			if err := c.fence.auditLockWait(t.rt, t.held.fence, "error"); err != nil {
+				return err
+			}
+			return c.sendError(be.code, be.state, be.msg)
+		}
 		if err != nil {
 			return err
 		}
@@ -215,6 +235,13 @@ func (t *tracker) finish() error {
 	// whoever sees the 0 rows can also find out why.
 	for _, pc := range t.checks {
 		v, err := c.fence.classify(t.rt, pc.fence, true)
+		if be, ok := err.(*backendError); ok && be.code == erLockWait {
+			// The client gets the write's own 0 rows, as for a rejection.
+			if err := c.fence.auditLockWait(t.rt, pc.fence, "zero_rows"); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -350,6 +350,48 @@ deadlock victim (1213): the transaction is gone, so the client gets the 1213 in 
 		h.audit()
 	},
 }, {
+	name: "zero_row_check_lock_wait",
+	about: `The locking lease check after a 0-row autocommit UPDATE waits for a lock a takeover took on the
+lease row after the write, and times out (1205; only the check is rolled back): whether the fence held
+is unknown. The proxy reads the session's fence variables for the record, the client gets the
+write's own 0-row OK, and one audit record says conflict, with the lease name from @fence_lease.`,
+	backend: "engine: mariadb",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		setFence(c, "1")
+		c.query("UPDATE invoices SET v = 8 WHERE id = 99")
+		c.backendGets()
+		c.respond(okPkt(0, 0, stAuto, 0, rowsMatched("0")))
+		c.backendGets()
+		c.respond(errPkt(1205, "HY000", "Lock wait timeout exceeded; try restarting transaction"))
+		c.backendGets()
+		c.respond(c.resultSet(stAuto, strCols("missing", "lease", "owner", "token"), []string{"0", "job", ownerHash, "1"})...)
+		c.backendGets()
+		c.respond(okPkt(0, 0, stAuto, 0, ""))
+		c.response()
+		h.audit()
+	},
+}, {
+	name: "zero_row_check_lock_wait_on_stale_error",
+	about: `As zero_row_check_lock_wait, under on_stale: error: a write whose fence may have failed must not
+be answered as if it held, so the client gets the check's 1205 in place of the held 0-row OK (the
+write changed nothing), and the record says conflict with outcome error.`,
+	backend: "engine: mariadb",
+	config:  "fencing:\n  on_stale: error\n",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		setFence(c, "1")
+		c.query("UPDATE invoices SET v = 8 WHERE id = 99")
+		c.backendGets()
+		c.respond(okPkt(0, 0, stAuto, 0, rowsMatched("0")))
+		c.backendGets()
+		c.respond(errPkt(1205, "HY000", "Lock wait timeout exceeded; try restarting transaction"))
+		c.backendGets()
+		c.respond(c.resultSet(stAuto, strCols("missing", "lease", "owner", "token"), []string{"0", "job", ownerHash, "1"})...)
+		c.response()
+		h.audit()
+	},
+}, {
 	name: "galera_guard_rejects",
 	about: `On Galera a guard that changes no row is followed by the locking read that says why (here: the
 session has no fence variables), then ROLLBACK; the write is never sent.`,
