@@ -120,3 +120,64 @@ func mustQueryOne(t *testing.T, c *sql.Conn, q string, args ...any) {
 		t.Fatalf("%s: %q, %v", q, s, err)
 	}
 }
+
+// TestGuardLockWait: on Galera and TiDB every fenced write is guarded: the
+// proxy's guard reads (TiDB) or bumps (Galera) the lease row in a
+// transaction before the write goes out. When another session on the
+// writer's node holds the lease row FOR UPDATE, the guard waits and times
+// out with 1205: the client gets the 1205, the write is never sent, the
+// connection stays open, and nothing is audited (the guard decided
+// nothing; no lease_missing). A lock held on another Galera node does not
+// block the guard: row locks are local to a node.
+func TestGuardLockWait(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		notOn(t, eng, "writes carry their fence in their text; TestLeaseCheckLockWait", engMariaDB)
+		for _, onStale := range []string{"zero_rows", "error"} {
+			t.Run(onStale, func(t *testing.T) {
+				e := newFencedEnv(t, envOptions{engine: eng, onStale: onStale})
+				ctx := context.Background()
+				const ln = "invoice:acme"
+				mustExec(t, e.root, "INSERT INTO invoices (customer, period, amount, token) VALUES ('acme', '2026-10', 0, 0)")
+				l := e.forceLease(t, ln)
+				a := e.session(t)
+				setFence(t, a, l)
+				mustExec(t, a, "SET SESSION innodb_lock_wait_timeout = 1")
+				holder := directConn(t, e)
+				mustExec(t, holder, "BEGIN")
+				var tok string
+				if err := holder.QueryRowContext(ctx, "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ? FOR UPDATE", ln).Scan(&tok); err != nil {
+					t.Fatal(err)
+				}
+				audits := len(e.auditRecords(t))
+				before := tableDump(t, e.root, "invoices")
+				for _, q := range []string{
+					"UPDATE invoices SET amount = 1 WHERE customer = 'acme' AND period = '2026-10'",
+					"UPDATE invoices SET amount = 1 WHERE id = 999",
+					"INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2026-11', 1)",
+				} {
+					start := time.Now()
+					_, err := a.ExecContext(ctx, q)
+					if errCode(err) != 1205 {
+						t.Fatalf("%s with the lease row locked: %v after %v, want 1205", q, err, time.Since(start))
+					}
+					t.Logf("%s: 1205 after %v", q, time.Since(start).Round(time.Millisecond))
+					var one int
+					if err := a.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+						t.Fatalf("the session after the lock wait: %v", err)
+					}
+				}
+				mustExec(t, holder, "ROLLBACK")
+				if after := tableDump(t, e.root, "invoices"); after != before {
+					t.Fatalf("writes that got 1205 changed the table:\n%s\nwas\n%s", after, before)
+				}
+				if recs := e.auditRecords(t)[audits:]; len(recs) != 0 {
+					t.Fatalf("audit records %+v, want none", recs)
+				}
+				// The lease holds: with the lock gone the write goes through.
+				if r := mustExec(t, a, "UPDATE invoices SET amount = 2 WHERE customer = 'acme' AND period = '2026-10'"); rowsAffected(r) != 1 {
+					t.Fatal("valid fenced write after the lock wait changed nothing")
+				}
+			})
+		}
+	})
+}
