@@ -40,6 +40,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	}
 	c.x.begin(seq)
 	c.cmdLimit = 0
+	c.prevWarnRows, c.warnRows = c.warnRows, nil
 	if seq != 0 {
 		// What the server itself does: this ERR, then the connection ends.
 		c.client.writePacket(0, errPayload(erNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
@@ -81,6 +82,11 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	case mysql.COM_STMT_EXECUTE:
 		err = c.comExecute(rt, head)
 	case mysql.COM_STMT_CLOSE, mysql.COM_STMT_SEND_LONG_DATA, mysql.COM_STMT_RESET:
+		if cmd == mysql.COM_STMT_CLOSE {
+			// Not a statement: the server's warnings stay (drivers close a
+			// statement between its execution and SHOW WARNINGS).
+			c.warnRows = c.prevWarnRows
+		}
 		if ps := c.proxyStmt(head); ps != nil {
 			// A statement the proxy answers itself: the server never saw it.
 			return cmd, c.proxyStmtCommand(cmd, ps)

@@ -194,8 +194,18 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	defer func() { fg.fenced, fg.deferred = nil, nil }()
 	c.x.holdEnd, c.x.own = true, mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_STATUS_IN_TRANS_READONLY
 	defer func() { c.x.holdEnd, c.x.own = false, 0 }()
+	// TiDB's COMMIT empties SHOW WARNINGS (MariaDB's does not), so on TiDB
+	// the write's warnings are read before it, in the same flush, for the
+	// client's next SHOW WARNINGS (see warnings.go). Not for a statement
+	// of a packet that others follow: they would replace them.
+	keep := c.srv.Flavor == rewrite.TiDB && !c.x.more
 	if err := send(); err != nil {
 		return err
+	}
+	if keep {
+		if err := c.queueOwn("SHOW WARNINGS"); err != nil {
+			return err
+		}
 	}
 	if err := c.queueOwn(commitOwn); err != nil {
 		return err
@@ -207,6 +217,13 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		return err
 	}
 	c.x.holdEnd = false
+	var kept [][]byte
+	if keep {
+		var err error
+		if kept, err = c.readWarnings(); err != nil {
+			return err
+		}
+	}
 	_, cerr := c.readOwn()
 	if _, ok := cerr.(*backendError); cerr != nil && !ok {
 		return cerr
@@ -231,7 +248,13 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		return c.sendError(be.code, be.state, be.msg)
 	}
 	if c.x.held.p == nil {
-		return nil // the write failed, and its ERR went out already
+		// The write failed, and its ERR went out already: SHOW WARNINGS
+		// names the error.
+		c.warnRows = kept
+		return nil
+	}
+	if heldWarnings(c.x.held) > 0 {
+		c.warnRows = kept
 	}
 	return c.writeHeld()
 }

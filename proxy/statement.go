@@ -81,6 +81,10 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	if payload == nil {
 		return err
 	}
+	if c.prevWarnRows != nil && isShowWarnings(payload[1:]) {
+		c.consumeCommand(payload, inPlace)
+		return c.answerWarnings()
+	}
 	d := c.decide(rt, payload[1:], false)
 	if d.Action == rewrite.Forward && d.Stmts == nil {
 		// The hot path: nothing here concerns fencing.

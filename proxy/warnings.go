@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// TiDB empties SHOW WARNINGS at every statement but SHOW WARNINGS itself,
+// COMMIT included, so the COMMIT of the transaction the proxy wraps around
+// an autocommit guarded write would leave the client's next SHOW WARNINGS
+// empty where a direct session lists the write's warnings. guardedWrite
+// reads SHOW WARNINGS before that COMMIT and keeps TiDB's packets
+// (c.warnRows) when the write's OK counted warnings; the client's next
+// command, if it is exactly SHOW WARNINGS, gets them, and anything else
+// drops them (what it does on the server empties the warnings there too).
+// Measured on tidb-server v8.4.0: the response inside the transaction is
+// byte for byte the direct session's but for SERVER_STATUS_IN_TRANS in its
+// EOF packets. SHOW COUNT(*) WARNINGS and @@warning_count go to the server
+// as before (and say 0 after such a write).
+
+// readWarnings reads the response to the proxy's SHOW WARNINGS: its
+// packets, or nil when it failed.
+func (c *clientConn) readWarnings() ([][]byte, error) {
+	r := warnReader{c: c}
+	if err := c.walkResponse(&r); err != nil {
+		return nil, err
+	}
+	if r.failed {
+		return nil, nil
+	}
+	return r.pkts, nil
+}
+
+// warnReader keeps every packet of a response.
+type warnReader struct {
+	c      *clientConn
+	pkts   [][]byte
+	failed bool
+}
+
+func (w *warnReader) peeked(n int) error {
+	pkt, err := w.c.backend.r.Peek(headerLen + n)
+	if err != nil {
+		return w.c.backend.sideErr(err)
+	}
+	w.pkts = append(w.pkts, bytes.Clone(pkt[headerLen:]))
+	w.c.takeBackendPacket(n)
+	return nil
+}
+
+func (w *warnReader) read() error {
+	p, _, err := w.c.backend.readPacket(nil, maxWholePacket)
+	if err != nil {
+		return err
+	}
+	w.pkts = append(w.pkts, p)
+	return nil
+}
+
+func (w *warnReader) ok(_ []byte, n int, _ okPacket, _ bool) error {
+	w.failed = true // SHOW WARNINGS answers with rows
+	w.c.takeBackendPacket(n)
+	return nil
+}
+
+func (w *warnReader) err(_ []byte, n int, _ bool) error {
+	w.failed = true
+	w.c.takeBackendPacket(n)
+	return nil
+}
+
+func (w *warnReader) localInfile() error {
+	return w.c.backend.sideErr(malformed("LOCAL INFILE request in the response to SHOW WARNINGS"))
+}
+
+func (w *warnReader) eof() error {
+	w.failed = true
+	return w.read()
+}
+
+func (w *warnReader) setStart(uint64) error                { return w.read() }
+func (w *warnReader) meta() error                          { return w.read() }
+func (w *warnReader) metaEnd(n int, _ uint16) error        { return w.peeked(n) }
+func (w *warnReader) row() error                           { return w.read() }
+func (w *warnReader) setEnd(n int, _ uint16, _ bool) error { return w.peeked(n) }
+func (w *warnReader) setDone(uint16)                       {}
+
+// heldWarnings is the warning count of a held final packet.
+func heldWarnings(h heldPacket) uint16 {
+	if h.eof {
+		if len(h.p) < 3 {
+			return 0
+		}
+		return binary.LittleEndian.Uint16(h.p[1:])
+	}
+	ok, valid := parseOK(h.p)
+	if !valid {
+		return 0
+	}
+	return ok.warnings
+}
+
+// isShowWarnings reports whether sql is exactly SHOW WARNINGS (any case
+// and spacing, an optional semicolon); other forms (LIMIT, comments) go to
+// the server.
+func isShowWarnings(sql []byte) bool {
+	sql = bytes.TrimRight(bytes.TrimSpace(sql), "; \t\r\n")
+	f := bytes.Fields(sql)
+	return len(f) == 2 && bytes.EqualFold(f[0], []byte("SHOW")) && bytes.EqualFold(f[1], []byte("WARNINGS"))
+}
+
+// answerWarnings answers SHOW WARNINGS with the kept packets, the status
+// flags of their EOF packets those after the proxy's COMMIT, and keeps them
+// for another SHOW WARNINGS (which does not empty them on the server).
+func (c *clientConn) answerWarnings() error {
+	c.warnRows = c.prevWarnRows
+	c.x.started = true
+	seq := c.x.cmdSeq + 1
+	for i, p := range c.warnRows {
+		out := p
+		if i > 0 && len(p) > 0 && p[0] == mysql.EOF_HEADER && len(p) < 0xffffff {
+			// Column definitions start with "def", SHOW WARNINGS' rows
+			// with a level: only terminators start with 0xFE.
+			out = bytes.Clone(p)
+			off, ok := statusOffset(out, !c.deprecateEOF || i < len(c.warnRows)-1)
+			if !ok {
+				return c.backend.sideErr(malformed("SHOW WARNINGS terminator"))
+			}
+			st := binary.LittleEndian.Uint16(out[off:]) &^ (mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
+			binary.LittleEndian.PutUint16(out[off:], c.x.endStatus(st))
+		}
+		var err error
+		if seq, err = c.client.writePacket(seq, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
