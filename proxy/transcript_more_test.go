@@ -42,9 +42,9 @@ guard: the proxy rolls back and drops the client's EXECUTE unsent, and answers 0
 }, {
 	name: "tidb_conflicts",
 	about: `On TiDB a guarded autocommit write is wrapped even so; its COMMIT fails with 9007 (write
-conflict on the lease row): the held OK is dropped, the client gets the 9007, and the record says
-conflict. A 9007 at the guard itself (it locks the lease row FOR UPDATE) is audited as a conflict
-too, and the write is never sent.`,
+conflict on the lease row): the held OK and the write's SHOW WARNINGS, read before the COMMIT,
+are dropped, the client gets the 9007, and the record says conflict. A 9007 at the guard itself
+(it locks the lease row FOR UPDATE) is audited as a conflict too, and the write is never sent.`,
 	backend: "engine: tidb",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
@@ -53,7 +53,9 @@ too, and the write is never sent.`,
 		guardRound(c, true, guardHolds)
 		c.backendGets()
 		c.backendGets()
+		c.backendGets()
 		c.respond(okPkt(1, 5, stInTrans, 0, ""))
+		c.respond(c.tidbWarnings(stInTrans)...)
 		c.respond(errPkt(9007, "HY000", "Write conflict, txnStartTS=1, conflictStartTS=2, conflictCommitTS=3, key=..., reason=optimistic [try again later]"))
 		c.response()
 		h.audit()
