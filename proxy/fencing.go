@@ -10,6 +10,8 @@ package proxy
 //   - guard.go: guarded writes (the guard before the write, the proxy's
 //     own transaction around an autocommit one, the answer to a rejected
 //     guard);
+//   - warnings.go: on TiDB, the warnings of an autocommit guarded write,
+//     read before the proxy's COMMIT, for the client's SHOW WARNINGS;
 //   - verdict.go: the lease check after a 0-row write, and the verdict;
 //   - conflict.go: the watch of a transaction that carries a guarded write,
 //     and the audit of its engine conflict;
