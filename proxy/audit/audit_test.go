@@ -251,3 +251,25 @@ func TestCutFitsColumns(t *testing.T) {
 		})
 	}
 }
+
+// TestFilterReasons: a filter accepts every reason the proxy writes (a
+// conflict record must be selectable) and refuses others.
+func TestFilterReasons(t *testing.T) {
+	for _, c := range []struct {
+		reason string
+		ok     bool
+	}{
+		{StaleToken, true}, {LeaseMissing, true}, {Refused, true}, {Conflict, true}, {"", true},
+		{"deadlock", false}, {"Conflict", false},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			f := Filter{Reason: c.reason}
+			if err := f.Check(); (err == nil) != c.ok {
+				t.Fatalf("Check: %v, want ok=%v", err, c.ok)
+			}
+			if c.ok && c.reason != "" && (!f.Match(Record{Reason: c.reason}) || f.Match(Record{Reason: StaleToken + "x"})) {
+				t.Fatal("Match does not select exactly its reason")
+			}
+		})
+	}
+}
