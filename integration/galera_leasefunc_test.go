@@ -3,9 +3,6 @@ package integration
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,13 +28,8 @@ func TestGaleraLeaseFunctionsRetryConflicts(t *testing.T) {
 	tables := "tables:\n  - name: " + name + ".runs\n"
 	proxies := []*testProxy{startProxy(t, c.Nodes[0].Addr, tables), startProxy(t, c.Nodes[1].Addr, tables)}
 
-	var mu sync.Mutex
-	var tokens []int64
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 8)
-	for w := 0; w < 6; w++ {
+	conns := make([]*sql.Conn, 6)
+	for w := range conns {
 		// wsrep_retry_autocommit=0: each conflict reaches the proxy (with
 		// the default, only a second one in a row does).
 		db := appDB(t, proxies[w%2], name, "wsrep_retry_autocommit=0", "wsrep_sync_wait=1")
@@ -46,49 +38,13 @@ func TestGaleraLeaseFunctionsRetryConflicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			bg := context.Background()
-			for ctx.Err() == nil {
-				var tok sql.NullInt64
-				if err := conn.QueryRowContext(bg, "SELECT fence_acquire('job', 60)").Scan(&tok); err != nil {
-					errc <- fmt.Errorf("worker %d: fence_acquire: %w", w, err)
-					return
-				}
-				if !tok.Valid {
-					continue
-				}
-				mu.Lock()
-				tokens = append(tokens, tok.Int64)
-				mu.Unlock()
-				for _, q := range []string{"SELECT fence_renew(60)", "SELECT fence_release()"} {
-					var ok int
-					if err := conn.QueryRowContext(bg, q).Scan(&ok); err != nil || ok != 1 {
-						errc <- fmt.Errorf("worker %d: %s by the holder: %d, %v", w, q, ok, err)
-						return
-					}
-				}
-			}
-		}()
+		conns[w] = conn
 	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
-	slices.Sort(tokens)
+	tokens := raceLeaseFunctions(t, conns, 4*time.Second)
 	var calls float64
 	for _, p := range proxies {
 		calls += testutilCounter(t, p.Reg, "fenceproxy_lease_calls_total")
 	}
 	t.Logf("%d acquires through proxies on two nodes, %v lease calls answered", len(tokens), calls)
-	if len(tokens) == 0 {
-		t.Fatal("no acquire succeeded")
-	}
-	for i, tok := range tokens {
-		if tok != int64(i+1) {
-			t.Fatalf("token %d at place %d (an acquire lost or applied twice)", tok, i+1)
-		}
-	}
+	checkTokens(t, tokens)
 }

@@ -76,6 +76,53 @@ func checkTokens(t *testing.T, tokens []int64) {
 	}
 }
 
+// raceLeaseFunctions has one worker per connection acquire, renew and
+// release lease "job" with the SQL lease functions as fast as it can for d:
+// every call must answer (a token or NULL; 1 for the holder's renew and
+// release). It returns the tokens acquired, for checkTokens.
+func raceLeaseFunctions(t *testing.T, conns []*sql.Conn, d time.Duration) []int64 {
+	t.Helper()
+	var mu sync.Mutex
+	var tokens []int64
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(conns))
+	for w, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bg := context.Background()
+			for ctx.Err() == nil {
+				var tok sql.NullInt64
+				if err := conn.QueryRowContext(bg, "SELECT fence_acquire('job', 60)").Scan(&tok); err != nil {
+					errc <- fmt.Errorf("worker %d: fence_acquire: %w", w, err)
+					return
+				}
+				if !tok.Valid {
+					continue
+				}
+				mu.Lock()
+				tokens = append(tokens, tok.Int64)
+				mu.Unlock()
+				for _, q := range []string{"SELECT fence_renew(60)", "SELECT fence_release()"} {
+					var ok int
+					if err := conn.QueryRowContext(bg, q).Scan(&ok); err != nil || ok != 1 {
+						errc <- fmt.Errorf("worker %d: %s by the holder: %d, %v", w, q, ok, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	return tokens
+}
+
 func TestTiDBLeaseStoreRetriesWriteConflicts(t *testing.T) {
 	e := newTiDBEnv(t)
 	table := e.db + ".fenced_job_leases"
@@ -141,49 +188,16 @@ func TestTiDBLeaseStoreRetriesWriteConflicts(t *testing.T) {
 // statements run in them, so they conflict as in the test above).
 func TestTiDBLeaseFunctionsRetryWriteConflicts(t *testing.T) {
 	p := newTiDBProxy(t)
-	var mu sync.Mutex
-	var tokens []int64
-	ctx, cancel := context.WithTimeout(context.Background(), tidbLeaseRun)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, tidbLeaseWorkers)
-	for w := 0; w < tidbLeaseWorkers; w++ {
+	conns := make([]*sql.Conn, tidbLeaseWorkers)
+	for w := range conns {
 		conn, err := appDB(t, p.tp, p.db, "tidb_txn_mode=%27optimistic%27", "tidb_retry_limit=0").Conn(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			bg := context.Background()
-			for ctx.Err() == nil {
-				var tok sql.NullInt64
-				if err := conn.QueryRowContext(bg, "SELECT fence_acquire('job', 60)").Scan(&tok); err != nil {
-					errc <- fmt.Errorf("worker %d: fence_acquire: %w", w, err)
-					return
-				}
-				if !tok.Valid {
-					continue
-				}
-				mu.Lock()
-				tokens = append(tokens, tok.Int64)
-				mu.Unlock()
-				for _, q := range []string{"SELECT fence_renew(60)", "SELECT fence_release()"} {
-					var ok int
-					if err := conn.QueryRowContext(bg, q).Scan(&ok); err != nil || ok != 1 {
-						errc <- fmt.Errorf("worker %d: %s by the holder: %d, %v", w, q, ok, err)
-						return
-					}
-				}
-			}
-		}()
+		conns[w] = conn
 	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
+	tokens := raceLeaseFunctions(t, conns, tidbLeaseRun)
 	t.Logf("%d acquires through the proxy by %d optimistic sessions in %s, %v lease calls answered",
 		len(tokens), tidbLeaseWorkers, tidbLeaseRun, testutilCounter(t, p.tp.Reg, "fenceproxy_lease_calls_total"))
 	checkTokens(t, tokens)
