@@ -30,12 +30,12 @@ type diffCase struct {
 
 // writeOutcome is everything a client can see of a write and what it left.
 type writeOutcome struct {
-	err, affected, insertID, warnings, lastID, rowCount, rows, autoInc string
+	err, affected, insertID, warnings, warningCount, lastID, rowCount, rows, autoInc string
 }
 
 func (o writeOutcome) String() string {
-	return fmt.Sprintf("err=%s affected=%s insert_id=%s last_insert_id=%s row_count=%s auto_increment=%s\nwarnings: %s\nrows:\n%s",
-		o.err, o.affected, o.insertID, o.lastID, o.rowCount, o.autoInc, o.warnings, o.rows)
+	return fmt.Sprintf("err=%s affected=%s insert_id=%s last_insert_id=%s row_count=%s auto_increment=%s\nwarnings (%s): %s\nrows:\n%s",
+		o.err, o.affected, o.insertID, o.lastID, o.rowCount, o.autoInc, o.warningCount, o.warnings, o.rows)
 }
 
 // diffSeed is the table contents every run starts from.
@@ -88,6 +88,7 @@ func differentialRun(t *testing.T, eng string, cases []diffCase, bothProtocols, 
 			o.affected, o.insertID = fmt.Sprint(n), fmt.Sprint(id)
 		}
 		o.warnings = connRows(t, c, "SHOW WARNINGS")
+		o.warningCount = connRows(t, c, "SHOW COUNT(*) WARNINGS")
 		if txn {
 			o.rowCount = connRows(t, c, "SELECT ROW_COUNT()")
 			mustExec(t, c, "COMMIT")

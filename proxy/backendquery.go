@@ -42,7 +42,7 @@ func (c *clientConn) backendQuery(sql string) ([][]value, error) {
 // order with readOwn (the server reads the next command only after it
 // answered the last one).
 func (c *clientConn) queueOwn(sql string) error {
-	c.warnRows = nil
+	c.warn = nil
 	_, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, []byte(sql))
 	return err
 }
@@ -61,7 +61,7 @@ func (c *clientConn) readOwn() ([][]value, error) {
 // backendExec runs a statement of the proxy's own that returns no rows on
 // the client's backend connection and returns its affected-row count.
 func (c *clientConn) backendExec(sql string) (uint64, error) {
-	c.warnRows = nil
+	c.warn = nil
 	if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, []byte(sql)); err != nil {
 		return 0, err
 	}

@@ -40,7 +40,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	}
 	c.x.begin(seq)
 	c.cmdLimit = 0
-	c.prevWarnRows, c.warnRows = c.warnRows, nil
+	c.prevWarn, c.warn = c.warn, nil
 	if seq != 0 {
 		// What the server itself does: this ERR, then the connection ends.
 		c.client.writePacket(0, errPayload(erNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
@@ -85,7 +85,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		if cmd == mysql.COM_STMT_CLOSE {
 			// Not a statement: the server's warnings stay (drivers close a
 			// statement between its execution and SHOW WARNINGS).
-			c.warnRows = c.prevWarnRows
+			c.warn = c.prevWarn
 		}
 		if ps := c.proxyStmt(head); ps != nil {
 			// A statement the proxy answers itself: the server never saw it.

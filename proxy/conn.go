@@ -70,11 +70,11 @@ type clientConn struct {
 	// lock on the lease table, which the proxy adds to the client's LOCK
 	// TABLES, keeps guard and write atomic).
 	tablesLocked bool
-	// warnRows: the packets of TiDB's SHOW WARNINGS read inside the
-	// transaction the proxy wrapped around the last command, an autocommit
-	// guarded write with warnings; prevWarnRows: those of the command
-	// before, while the current one runs (see warnings.go).
-	warnRows, prevWarnRows [][]byte
+	// warn: TiDB's warnings read inside the transaction the proxy wrapped
+	// around the last command, an autocommit guarded write with warnings;
+	// prevWarn: those of the command before, while the current one runs
+	// (see warnings.go).
+	warn, prevWarn *keptWarnings
 	// fence: everything the proxy does to fence this session's writes
 	// (fencing.go)
 	fence fencing

@@ -217,7 +217,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		return err
 	}
 	c.x.holdEnd = false
-	var kept [][]byte
+	var kept warnPackets
 	if keep {
 		var err error
 		if kept, err = c.readWarnings(); err != nil {
@@ -250,11 +250,13 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	if c.x.held.p == nil {
 		// The write failed, and its ERR went out already: SHOW WARNINGS
 		// names the error.
-		c.warnRows = kept
+		if kept != nil {
+			c.warn = &keptWarnings{pkts: kept, count: uint64(kept.rows())}
+		}
 		return nil
 	}
-	if heldWarnings(c.x.held) > 0 {
-		c.warnRows = kept
+	if n := heldWarnings(c.x.held); n > 0 && kept != nil {
+		c.warn = &keptWarnings{pkts: kept, count: uint64(n)}
 	}
 	return c.writeHeld()
 }

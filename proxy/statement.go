@@ -81,9 +81,15 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	if payload == nil {
 		return err
 	}
-	if c.prevWarnRows != nil && isShowWarnings(payload[1:]) {
-		c.consumeCommand(payload, inPlace)
-		return c.answerWarnings()
+	if c.prevWarn != nil {
+		switch {
+		case isShow(payload[1:], "WARNINGS"):
+			c.consumeCommand(payload, inPlace)
+			return c.answerWarnings()
+		case isShow(payload[1:], "COUNT(*)", "WARNINGS"):
+			c.consumeCommand(payload, inPlace)
+			return c.answerWarningCount()
+		}
 	}
 	d := c.decide(rt, payload[1:], false)
 	if d.Action == rewrite.Forward && d.Stmts == nil {

@@ -65,9 +65,10 @@ var tidbWarnCases = []transcriptCase{{
 	about: `On TiDB the COMMIT of the transaction the proxy wraps around an autocommit guarded write would
 empty SHOW WARNINGS: the proxy sends SHOW WARNINGS between the write and its COMMIT, and when the
 write's OK counts warnings (or the write fails) answers the client's next SHOW WARNINGS with
-TiDB's packets, status flags without IN_TRANS, as often as it is asked; any other command drops
-them, and SHOW WARNINGS goes to the server again. Without warnings nothing is kept. The same
-with EOF packets (a client without CLIENT_DEPRECATE_EOF).`,
+TiDB's packets, status flags without IN_TRANS, and SHOW COUNT(*) WARNINGS with the OK's count (or
+the rows), as often as they are asked; any other command drops them, and SHOW WARNINGS goes to
+the server again. Without warnings nothing is kept. The same with EOF packets (a client without
+CLIENT_DEPRECATE_EOF).`,
 	backend: "engine: tidb",
 	run: func(h *harness) {
 		for i, caps := range []uint32{0, goDriverCaps &^ mysql.CLIENT_DEPRECATE_EOF} {
@@ -80,6 +81,8 @@ with EOF packets (a client without CLIENT_DEPRECATE_EOF).`,
 			c.response()
 			c.query("show  warnings;")
 			c.response()
+			c.query("SHOW COUNT(*) WARNINGS")
+			c.response()
 			h.note("another command drops them")
 			pingWorks(c)
 			c.query("SHOW WARNINGS")
@@ -89,6 +92,8 @@ with EOF packets (a client without CLIENT_DEPRECATE_EOF).`,
 			h.note("a failed write: SHOW WARNINGS names its error")
 			dup := []string{"Error", "1062", "Duplicate entry '5' for key 'invoices.PRIMARY'"}
 			wrappedWrite(c, "INSERT INTO invoices (id, v) VALUES (5, 1)", errPkt(1062, "23000", dup[2]), c.tidbWarnings(stInTrans, dup))
+			c.query("SHOW COUNT(*) WARNINGS")
+			c.response()
 			c.query("SHOW WARNINGS")
 			c.response()
 			h.note("a write without warnings keeps nothing")

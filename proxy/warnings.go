@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
@@ -11,18 +12,45 @@ import (
 // COMMIT included, so the COMMIT of the transaction the proxy wraps around
 // an autocommit guarded write would leave the client's next SHOW WARNINGS
 // empty where a direct session lists the write's warnings. guardedWrite
-// reads SHOW WARNINGS before that COMMIT and keeps TiDB's packets
-// (c.warnRows) when the write's OK counted warnings; the client's next
-// command, if it is exactly SHOW WARNINGS, gets them, and anything else
-// drops them (what it does on the server empties the warnings there too).
-// Measured on tidb-server v8.4.0: the response inside the transaction is
-// byte for byte the direct session's but for SERVER_STATUS_IN_TRANS in its
-// EOF packets. SHOW COUNT(*) WARNINGS and @@warning_count go to the server
-// as before (and say 0 after such a write).
+// reads SHOW WARNINGS before that COMMIT and keeps TiDB's packets (c.warn)
+// when the write's OK counted warnings or the write failed; the client's
+// next command, if it is exactly SHOW WARNINGS or SHOW COUNT(*) WARNINGS
+// (neither empties them on TiDB), gets them, and anything else drops them
+// (what it does on the server empties the warnings there too). Measured on
+// tidb-server v8.4.0: the response inside the transaction is byte for byte
+// the direct session's but for SERVER_STATUS_IN_TRANS in its EOF packets.
+// @@warning_count goes to the server as before (its column is named as
+// the client wrote it).
+
+// keptWarnings is TiDB's SHOW WARNINGS response (pkts) and the count SHOW
+// COUNT(*) WARNINGS gives: the OK's warning count, which may exceed the
+// rows (max_error_count), or the rows after an ERR.
+type keptWarnings struct {
+	pkts  warnPackets
+	count uint64
+}
+
+// warnPackets are the packets of a SHOW WARNINGS response.
+type warnPackets [][]byte
+
+// rows counts the rows: column definitions start with "def", SHOW
+// WARNINGS' rows with a level, terminators with 0xFE.
+func (w warnPackets) rows() int {
+	n := 0
+	if len(w) == 0 {
+		return 0
+	}
+	for _, p := range w[1:] {
+		if len(p) > 0 && p[0] != mysql.EOF_HEADER && !bytes.HasPrefix(p, []byte("\x03def")) {
+			n++
+		}
+	}
+	return n
+}
 
 // readWarnings reads the response to the proxy's SHOW WARNINGS: its
 // packets, or nil when it failed.
-func (c *clientConn) readWarnings() ([][]byte, error) {
+func (c *clientConn) readWarnings() (warnPackets, error) {
 	r := warnReader{c: c}
 	if err := c.walkResponse(&r); err != nil {
 		return nil, err
@@ -36,7 +64,7 @@ func (c *clientConn) readWarnings() ([][]byte, error) {
 // warnReader keeps every packet of a response.
 type warnReader struct {
 	c      *clientConn
-	pkts   [][]byte
+	pkts   warnPackets
 	failed bool
 }
 
@@ -102,29 +130,38 @@ func heldWarnings(h heldPacket) uint16 {
 	return ok.warnings
 }
 
-// isShowWarnings reports whether sql is exactly SHOW WARNINGS (any case
+// isShow reports whether sql is exactly SHOW followed by words (any case
 // and spacing, an optional semicolon); other forms (LIMIT, comments) go to
 // the server.
-func isShowWarnings(sql []byte) bool {
+func isShow(sql []byte, words ...string) bool {
 	sql = bytes.TrimRight(bytes.TrimSpace(sql), "; \t\r\n")
 	f := bytes.Fields(sql)
-	return len(f) == 2 && bytes.EqualFold(f[0], []byte("SHOW")) && bytes.EqualFold(f[1], []byte("WARNINGS"))
+	if len(f) != len(words)+1 || !bytes.EqualFold(f[0], []byte("SHOW")) {
+		return false
+	}
+	for i, w := range words {
+		if !bytes.EqualFold(f[i+1], []byte(w)) {
+			return false
+		}
+	}
+	return true
 }
 
 // answerWarnings answers SHOW WARNINGS with the kept packets, the status
 // flags of their EOF packets those after the proxy's COMMIT, and keeps them
 // for another SHOW WARNINGS (which does not empty them on the server).
 func (c *clientConn) answerWarnings() error {
-	c.warnRows = c.prevWarnRows
+	c.warn = c.prevWarn
 	c.x.started = true
 	seq := c.x.cmdSeq + 1
-	for i, p := range c.warnRows {
+	pkts := c.warn.pkts
+	for i, p := range pkts {
 		out := p
 		if i > 0 && len(p) > 0 && p[0] == mysql.EOF_HEADER && len(p) < 0xffffff {
 			// Column definitions start with "def", SHOW WARNINGS' rows
 			// with a level: only terminators start with 0xFE.
 			out = bytes.Clone(p)
-			off, ok := statusOffset(out, !c.deprecateEOF || i < len(c.warnRows)-1)
+			off, ok := statusOffset(out, !c.deprecateEOF || i < len(pkts)-1)
 			if !ok {
 				return c.backend.sideErr(malformed("SHOW WARNINGS terminator"))
 			}
@@ -137,4 +174,14 @@ func (c *clientConn) answerWarnings() error {
 		}
 	}
 	return nil
+}
+
+// warnCountCol is TiDB's column of SHOW COUNT(*) WARNINGS (captured).
+var warnCountCol = column{name: "Count", typ: mysql.MYSQL_TYPE_LONG, charset: charsetBinary, length: 11}
+
+// answerWarningCount answers SHOW COUNT(*) WARNINGS from the kept
+// warnings, and keeps them.
+func (c *clientConn) answerWarningCount() error {
+	c.warn = c.prevWarn
+	return c.writeResultSet([]column{warnCountCol}, [][]value{{{s: strconv.FormatUint(c.warn.count, 10)}}}, false)
 }
