@@ -38,10 +38,7 @@ var (
 // it is).
 func setFence(c *hconn, token string) {
 	c.h.secret("owner-A")
-	c.query("SET @fence_lease = 'job', @fence_owner = 'owner-A', @fence_token = " + token)
-	c.backendGets()
-	c.respond(okPkt(0, 0, stAuto, 0, ""))
-	c.response()
+	c.relayed("SET @fence_lease = 'job', @fence_owner = 'owner-A', @fence_token = "+token, okPkt(0, 0, stAuto, 0, ""))
 }
 
 // guardRound reads START TRANSACTION and the guard (one write) and answers
@@ -113,19 +110,13 @@ INSERT's OK is relayed at once (IN_TRANS kept), and the client's COMMIT ends bot
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		setFence(c, "1")
-		c.query("BEGIN")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-		c.response()
+		c.relayed("BEGIN", okPkt(0, 0, stInTrans, 0, ""))
 		c.query("INSERT INTO invoices (v) VALUES (7)")
 		guardRound(c, false, guardHolds)
 		c.backendGets()
 		c.respond(okPkt(1, 5, stInTrans, 0, ""))
 		c.response()
-		c.query("COMMIT")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
-		c.response()
+		c.relayed("COMMIT", okPkt(0, 0, stAuto, 0, ""))
 	},
 }, {
 	name: "guarded_insert_stale",
@@ -203,10 +194,7 @@ A second 0-row UPDATE under a lease that holds matched nothing: no audit record.
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 		h.note("an UPDATE that changed a row needs no look at the lease")
-		c.query("UPDATE invoices SET v = 8 WHERE id = 1")
-		c.backendGets()
-		c.respond(okPkt(1, 0, stAuto, 0, rowsMatched("1")))
-		c.response()
+		c.relayed("UPDATE invoices SET v = 8 WHERE id = 1", okPkt(1, 0, stAuto, 0, rowsMatched("1")))
 	},
 }, {
 	name: "zero_row_update_error",
@@ -329,10 +317,7 @@ deadlock victim (1213): the transaction is gone, so the client gets the 1213 in 
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		setFence(c, "1")
-		c.query("BEGIN")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-		c.response()
+		c.relayed("BEGIN", okPkt(0, 0, stInTrans, 0, ""))
 		c.query("UPDATE invoices SET v = 8 WHERE id = 99")
 		c.backendGets()
 		c.respond(okPkt(0, 0, stInTrans, 0, rowsMatched("0")))
@@ -420,19 +405,13 @@ own COMMIT fails with 9007 (write conflict): relayed as it is, and audited as co
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		setFence(c, "1")
-		c.query("BEGIN")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-		c.response()
+		c.relayed("BEGIN", okPkt(0, 0, stInTrans, 0, ""))
 		c.query("INSERT INTO invoices (v) VALUES (7)")
 		guardRound(c, false, guardHolds)
 		c.backendGets()
 		c.respond(okPkt(1, 5, stInTrans, 0, ""))
 		c.response()
-		c.query("COMMIT")
-		c.backendGets()
-		c.respond(errPkt(9007, "HY000", "Write conflict, txnStartTS=1, conflictStartTS=2, conflictCommitTS=3, key=..., primary=..., reason=optimistic [try again later]"))
-		c.response()
+		c.relayed("COMMIT", errPkt(9007, "HY000", "Write conflict, txnStartTS=1, conflictStartTS=2, conflictCommitTS=3, key=..., primary=..., reason=optimistic [try again later]"))
 		h.audit()
 	},
 }, {
@@ -445,10 +424,7 @@ backend never sees it. A read of the protected table is relayed byte for byte.`,
 		c.query("TRUNCATE TABLE invoices")
 		c.response()
 		h.audit()
-		c.query("SELECT id, v FROM invoices WHERE id = 1")
-		c.backendGets()
-		c.respond(c.resultSet(stAuto, []col{{"id", mysql.MYSQL_TYPE_LONG}, {"v", mysql.MYSQL_TYPE_LONG}}, []string{"1", "7"})...)
-		c.response()
+		c.relayed("SELECT id, v FROM invoices WHERE id = 1", c.resultSet(stAuto, []col{{"id", mysql.MYSQL_TYPE_LONG}, {"v", mysql.MYSQL_TYPE_LONG}}, []string{"1", "7"})...)
 	},
 }, {
 	name: "prepared_update_zero_rows",

@@ -113,16 +113,10 @@ table (after COM_INIT_DB of "" the session has none).`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
-		c.query("BEGIN")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-		c.response()
+		c.relayed("BEGIN", okPkt(0, 0, stInTrans, 0, ""))
 		c.query("SELECT fence_acquire('job', 30)")
 		c.response()
-		c.query("ROLLBACK")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
-		c.response()
+		c.relayed("ROLLBACK", okPkt(0, 0, stAuto, 0, ""))
 		c.query("SELECT fence_acquire('job', ?)")
 		c.response()
 		h.audit()

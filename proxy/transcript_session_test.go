@@ -17,19 +17,10 @@ the guard; DEALLOCATE forgets it.`,
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		setFence(c, "1")
-		c.query("USE other")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
-		c.response()
+		c.relayed("USE other", okPkt(0, 0, stAuto, 0, ""))
 		h.note("other.invoices is not protected: relayed as it is")
-		c.query("UPDATE invoices SET v = 1 WHERE id = 1")
-		c.backendGets()
-		c.respond(okPkt(1, 0, stAuto, 0, rowsMatched("1")))
-		c.response()
-		c.query("USE app")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
-		c.response()
+		c.relayed("UPDATE invoices SET v = 1 WHERE id = 1", okPkt(1, 0, stAuto, 0, rowsMatched("1")))
+		c.relayed("USE app", okPkt(0, 0, stAuto, 0, ""))
 		h.note("a guarded write prepared by name and executed in the same packet")
 		c.query("PREPARE ins FROM 'INSERT INTO invoices (v) VALUES (1)'; EXECUTE ins")
 		c.backendGets()
@@ -40,10 +31,7 @@ the guard; DEALLOCATE forgets it.`,
 		c.respond(okPkt(1, 9, stInTrans, 0, ""))
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
-		c.query("DEALLOCATE PREPARE ins")
-		c.backendGets()
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
-		c.response()
+		c.relayed("DEALLOCATE PREPARE ins", okPkt(0, 0, stAuto, 0, ""))
 	},
 }, {
 	name: "learn_sql_mode_and_charset",
@@ -77,10 +65,7 @@ utf8mb4, and relays the packet as it is.`,
 		b.response()
 		h.note("the same packet where the server says gbk: the DELETE is real and hidden from a plain reading: refused")
 		g := h.login("C", loginOpts{db: "app", charset: 28})
-		g.query("SELECT '\xbf\\'; DELETE FROM invoices; -- '")
-		g.backendGets()
-		g.respond(g.resultSet(stAuto, strCols("@@SESSION.character_set_client"), []string{"gbk"})...)
-		g.response()
+		g.relayed("SELECT '\xbf\\'; DELETE FROM invoices; -- '", g.resultSet(stAuto, strCols("@@SESSION.character_set_client"), []string{"gbk"})...)
 		h.audit()
 	},
 }, {
@@ -141,14 +126,8 @@ fenced and sent; a long read is relayed as it came.`,
 			ids[i] = "1000"
 		}
 		in := strings.Join(ids, ",")
-		c.query("UPDATE invoices SET v = 1 WHERE id IN (" + in + ")")
-		c.backendGets()
-		c.respond(okPkt(1, 0, stAuto, 0, rowsMatched("1")))
-		c.response()
-		c.query("SELECT v FROM invoices WHERE id IN (" + in + ")")
-		c.backendGets()
-		c.respond(c.resultSet(stAuto, []col{{"v", mysql.MYSQL_TYPE_LONG}}, []string{"1"})...)
-		c.response()
+		c.relayed("UPDATE invoices SET v = 1 WHERE id IN ("+in+")", okPkt(1, 0, stAuto, 0, rowsMatched("1")))
+		c.relayed("SELECT v FROM invoices WHERE id IN ("+in+")", c.resultSet(stAuto, []col{{"v", mysql.MYSQL_TYPE_LONG}}, []string{"1"})...)
 	},
 }, {
 	name: "connection_limits",

@@ -467,6 +467,16 @@ func (c *hconn) query(sql string) {
 	c.send(0, append([]byte{mysql.COM_QUERY}, sql...))
 }
 
+// relayed is one statement the proxy passes through unchanged: the client
+// sends sql, the backend reads it and answers ps, the client reads that.
+func (c *hconn) relayed(sql string, ps ...pkt) {
+	c.h.t.Helper()
+	c.query(sql)
+	c.backendGets()
+	c.respond(ps...)
+	c.response()
+}
+
 // reply writes backend packets to the proxy, numbered from seq.
 func (c *hconn) reply(seq byte, ps ...pkt) {
 	c.h.t.Helper()

@@ -85,10 +85,7 @@ CLIENT_DEPRECATE_EOF).`,
 			c.response()
 			h.note("another command drops them")
 			pingWorks(c)
-			c.query("SHOW WARNINGS")
-			c.backendGets()
-			c.respond(c.tidbWarnings(stAuto)...)
-			c.response()
+			c.relayed("SHOW WARNINGS", c.tidbWarnings(stAuto)...)
 			h.note("a failed write: SHOW WARNINGS names its error")
 			dup := []string{"Error", "1062", "Duplicate entry '5' for key 'invoices.PRIMARY'"}
 			wrappedWrite(c, "INSERT INTO invoices (id, v) VALUES (5, 1)", errPkt(1062, "23000", dup[2]), c.tidbWarnings(stInTrans, dup))
@@ -98,10 +95,7 @@ CLIENT_DEPRECATE_EOF).`,
 			c.response()
 			h.note("a write without warnings keeps nothing")
 			wrappedWrite(c, "INSERT INTO invoices (v) VALUES (2)", okPkt(1, 6, stInTrans, 0, ""), c.tidbWarnings(stInTrans))
-			c.query("SHOW WARNINGS")
-			c.backendGets()
-			c.respond(c.tidbWarnings(stAuto)...)
-			c.response()
+			c.relayed("SHOW WARNINGS", c.tidbWarnings(stAuto)...)
 		}
 	},
 }}
