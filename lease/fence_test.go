@@ -65,17 +65,6 @@ func TestWriteFence(t *testing.T) {
 }
 
 func TestReadVerdict(t *testing.T) {
-	f := func(s ...string) []Field {
-		out := make([]Field, len(s))
-		for i, x := range s {
-			if x == "NULL" {
-				out[i] = Field{Null: true}
-			} else {
-				out[i] = Field{S: x}
-			}
-		}
-		return out
-	}
 	for _, c := range []struct {
 		name      string
 		row       []Field
@@ -84,17 +73,17 @@ func TestReadVerdict(t *testing.T) {
 		presented string // presented token, "" for none
 		current   string // current token, "" for none
 	}{
-		{"holds", f("0", "job", "abc", "7", "7,1,1"), Holds, true, "7", "7"},
-		{"taken over", f("0", "job", "abc", "7", "8,1,1"), StaleToken, true, "7", "8"},
-		{"token before owner", f("0", "job", "abc", "7", "8,0,0"), StaleToken, true, "7", "8"},
-		{"no presented token", f("0", "job", "abc", "NULL", "8,1,1"), StaleToken, true, "", "8"},
-		{"owner mismatch", f("0", "job", "abc", "7", "7,0,1"), OwnerMismatch, true, "7", "7"},
-		{"owner NULL compare", f("0", "job", "abc", "7", "7,,1"), OwnerMismatch, true, "7", "7"},
-		{"expired", f("0", "job", "abc", "7", "7,1,0"), Expired, true, "7", "7"},
-		{"no fence context", f("1", "NULL", "NULL", "NULL", "7,1,1"), NoFence, true, "", ""},
-		{"no lease row", f("0", "job", "abc", "7", "NULL"), LeaseMissing, true, "7", ""},
-		{"bad row value", f("0", "job", "abc", "7", "7,1"), "", false, "", ""},
-		{"wrong width", f("0", "job", "abc", "7"), "", false, "", ""},
+		{"holds", fields("0", "job", "abc", "7", "7,1,1"), Holds, true, "7", "7"},
+		{"taken over", fields("0", "job", "abc", "7", "8,1,1"), StaleToken, true, "7", "8"},
+		{"token before owner", fields("0", "job", "abc", "7", "8,0,0"), StaleToken, true, "7", "8"},
+		{"no presented token", fields("0", "job", "abc", "NULL", "8,1,1"), StaleToken, true, "", "8"},
+		{"owner mismatch", fields("0", "job", "abc", "7", "7,0,1"), OwnerMismatch, true, "7", "7"},
+		{"owner NULL compare", fields("0", "job", "abc", "7", "7,,1"), OwnerMismatch, true, "7", "7"},
+		{"expired", fields("0", "job", "abc", "7", "7,1,0"), Expired, true, "7", "7"},
+		{"no fence context", fields("1", "NULL", "NULL", "NULL", "7,1,1"), NoFence, true, "", ""},
+		{"no lease row", fields("0", "job", "abc", "7", "NULL"), LeaseMissing, true, "7", ""},
+		{"bad row value", fields("0", "job", "abc", "7", "7,1"), "", false, "", ""},
+		{"wrong width", fields("0", "job", "abc", "7"), "", false, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v, valid := ReadVerdict([][]Field{c.row})

@@ -57,27 +57,16 @@ func TestGuardFor(t *testing.T) {
 
 func TestGuardRead(t *testing.T) {
 	g := Guard{Kind: GuardRow}
-	f := func(s ...string) []Field {
-		out := make([]Field, len(s))
-		for i, x := range s {
-			if x == "NULL" {
-				out[i] = Field{Null: true}
-			} else {
-				out[i] = Field{S: x}
-			}
-		}
-		return out
-	}
 	for _, c := range []struct {
 		row  []Field
 		want Reason
 	}{
-		{f("0", "1", "1", "1", "7", "job", "abcd", "7"), Holds},
-		{f("0", "0", "1", "1", "8", "job", "abcd", "7"), StaleToken},
-		{f("0", "1", "0", "1", "7", "job", "abcd", "7"), OwnerMismatch},
-		{f("0", "1", "1", "0", "7", "job", "abcd", "7"), Expired},
-		{f("1", "NULL", "NULL", "1", "7", "job", "NULL", "NULL"), NoFence},
-		{f("0", "NULL", "1", "1", "7", "job", "abcd", "x"), StaleToken}, // a token that compares to NULL
+		{fields("0", "1", "1", "1", "7", "job", "abcd", "7"), Holds},
+		{fields("0", "0", "1", "1", "8", "job", "abcd", "7"), StaleToken},
+		{fields("0", "1", "0", "1", "7", "job", "abcd", "7"), OwnerMismatch},
+		{fields("0", "1", "1", "0", "7", "job", "abcd", "7"), Expired},
+		{fields("1", "NULL", "NULL", "1", "7", "job", "NULL", "NULL"), NoFence},
+		{fields("0", "NULL", "1", "1", "7", "job", "abcd", "x"), StaleToken}, // a token that compares to NULL
 	} {
 		v, ok := g.Read([][]Field{c.row})
 		if !ok || v.Reason != c.want {
@@ -87,7 +76,20 @@ func TestGuardRead(t *testing.T) {
 	if v, ok := g.Read(nil); !ok || !v.NeedVars {
 		t.Errorf("no lease row: %+v", v)
 	}
-	if v, ok := g.ReadVars([][]Field{f("0", "job", "abcd", "7")}); !ok || v.Reason != LeaseMissing || *v.PresentedToken != 7 {
+	if v, ok := g.ReadVars([][]Field{fields("0", "job", "abcd", "7")}); !ok || v.Reason != LeaseMissing || *v.PresentedToken != 7 {
 		t.Errorf("vars: %+v", v)
 	}
+}
+
+// fields is a result row as the proxy reads it: "NULL" is SQL NULL.
+func fields(s ...string) []Field {
+	out := make([]Field, len(s))
+	for i, x := range s {
+		if x == "NULL" {
+			out[i] = Field{Null: true}
+		} else {
+			out[i] = Field{S: x}
+		}
+	}
+	return out
 }

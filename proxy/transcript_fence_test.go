@@ -124,31 +124,13 @@ INSERT's OK is relayed at once (IN_TRANS kept), and the client's COMMIT ends bot
 proxy rolls its transaction back, never sends the INSERT, audits stale_token, and answers with an OK
 of 0 rows (on_stale: zero_rows).`,
 	backend: "engine: mariadb",
-	run: func(h *harness) {
-		c := h.login("A", loginOpts{db: "app"})
-		setFence(c, "1")
-		c.query("INSERT INTO invoices (v) VALUES (7)")
-		guardRound(c, true, guardStale)
-		c.backendGets()
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
-		c.response()
-		h.audit()
-	},
+	run:     staleGuardedInsert,
 }, {
 	name:    "guarded_insert_stale_error",
 	about:   `As guarded_insert_stale under on_stale: error: the client gets ERR 1644 (SQLSTATE 45000) saying why.`,
 	backend: "engine: mariadb",
 	config:  "fencing:\n  on_stale: error\n",
-	run: func(h *harness) {
-		c := h.login("A", loginOpts{db: "app"})
-		setFence(c, "1")
-		c.query("INSERT INTO invoices (v) VALUES (7)")
-		guardRound(c, true, guardStale)
-		c.backendGets()
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
-		c.response()
-		h.audit()
-	},
+	run:     staleGuardedInsert,
 }, {
 	name: "guard_missing_lease_table",
 	about: `The guard fails because the lease table does not exist: the proxy rolls back, never sends the
@@ -527,3 +509,17 @@ MORE_RESULTS (on_stale: zero_rows), then the packet goes on.`,
 }}
 
 func TestTranscriptEOFProtocol(t *testing.T) { runTranscripts(t, eofCases) }
+
+// staleGuardedInsert is a guarded autocommit INSERT whose guard finds the
+// lease taken over: the proxy rolls back and never sends the INSERT; what
+// the client gets depends on the case's on_stale.
+func staleGuardedInsert(h *harness) {
+	c := h.login("A", loginOpts{db: "app"})
+	setFence(c, "1")
+	c.query("INSERT INTO invoices (v) VALUES (7)")
+	guardRound(c, true, guardStale)
+	c.backendGets()
+	c.respond(okPkt(0, 0, stAuto, 0, ""))
+	c.response()
+	h.audit()
+}
