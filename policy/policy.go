@@ -74,6 +74,12 @@ type Limits struct {
 	// RewriteCache is the number of rewritten statements remembered
 	// (default 4096; 0 = no cache: neither decisions nor statement shapes are remembered).
 	RewriteCache int `yaml:"rewrite_cache"`
+	// Threads is how many OS threads run the proxy's Go code at once
+	// (GOMAXPROCS). 0 (default) = auto: half the CPUs the process may use
+	// (at least 1) when the backend is on this host, where the proxy
+	// shares them with the server and usually the clients; else all of
+	// them. The environment's GOMAXPROCS wins over both.
+	Threads int `yaml:"threads"`
 }
 
 // Backend is the MySQL/MariaDB server behind the proxy.

@@ -28,6 +28,7 @@ const (
 	maxIdentLen    = 64  // schema, table and user variable names
 	maxLeaseName   = 191 // lease_name VARCHAR(191)
 	maxQueryBytesL = 1 << 30
+	maxThreads     = 1024 // limits.threads; more is a typo, not a host
 )
 
 // Allowed values of the enumerated keys.

@@ -142,6 +142,9 @@ func (c *Config) validate(d *decoder) {
 	if c.Limits.RewriteCache < 0 {
 		d.fail("limits.rewrite_cache", "must be 0 (no cache) or more")
 	}
+	if n := c.Limits.Threads; n < 0 || n > maxThreads {
+		d.fail("limits.threads", fmt.Sprintf("must be 0 (auto) or from 1 to %d", maxThreads))
+	}
 
 	c.Backend.validate(d)
 

@@ -82,6 +82,10 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 			`2:20: limits.max_query_bytes: must be from 1 to 1073741824 (1 GiB, the largest max_allowed_packet)`},
 		{"rewrite_cache negative", "limits:\n  rewrite_cache: -1\n",
 			`2:18: limits.rewrite_cache: must be 0 (no cache) or more`},
+		{"threads negative", "limits:\n  threads: -1\n",
+			`2:12: limits.threads: must be 0 (auto) or from 1 to 1024`},
+		{"threads too many", "limits:\n  threads: 5000\n",
+			`2:12: limits.threads: must be 0 (auto) or from 1 to 1024`},
 
 		// catalog
 		{"catalog.refresh too short", "backend:\n  user: fp\n  password_env: PW\ncatalog:\n  refresh: 10ms\n",

@@ -161,6 +161,7 @@ func checkBackend(cfg *policy.Config) []error {
 // configuration on SIGHUP.
 func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, logger *slog.Logger, level *slog.LevelVar) error {
 	cfg := reloader.Current()
+	applyThreads(cfg, logger)
 	reg := prometheus.NewRegistry()
 	metrics, reloadOK, reloadTime := registerMetrics(reg)
 	reloadOK.Set(1)
@@ -249,6 +250,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 			reloadOK.Set(1)
 			reloadTime.SetToCurrentTime()
 			cfg := reloader.Current()
+			applyThreads(cfg, logger)
 			p.Update(cfg, reloader.Policy())
 			level.Set(logLevel(cfg.LogLevel))
 			if err := auditLog.Reopen(auditFile(cfg)); err != nil {
