@@ -23,6 +23,6 @@ mariadb -uroot -e "DELETE FROM sbtest.fenced_job_leases WHERE lease_name LIKE 's
 "$HERE/sysbench.sh" --tests "$HERE/fenced_write.lua" "$@"
 # Every write through the proxy ran under a lease of its own: none may have
 # been rejected, or the numbers measure rejections instead of writes.
-rejected=$(cat "${BENCH_WORK:-/tmp/fenceproxy-bench}"/fenceproxy{,-1p,-before}.log 2>/dev/null | grep -c "fenced write rejected" || true)
+rejected=$(cat "${BENCH_WORK:-/tmp/fenceproxy-bench}"/fenceproxy{,-1p,-allcpus,-before}.log 2>/dev/null | grep -c "fenced write rejected" || true)
 echo "writes rejected by the fence during the run: $rejected"
 [[ $rejected == 0 ]] || { echo "fenced.sh: writes were rejected: the benchmark is not measuring fenced writes" >&2; exit 1; }

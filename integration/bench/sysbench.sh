@@ -11,7 +11,10 @@
 # SHARED (../shared relative to the repo), BENCH_WORK (/tmp/fenceproxy-bench),
 # FP_LISTEN (127.0.0.1:6033), FP_CONFIG_EXTRA (YAML appended to the proxy's
 # config, e.g. protected tables), ONE_PROC_LISTEN (empty; e.g. 127.0.0.1:6034:
-# also measure a second fenceproxy there, run with GOMAXPROCS=1), BEFORE_BIN
+# also measure a second fenceproxy there, run with GOMAXPROCS=1),
+# ALL_PROCS_LISTEN (empty; e.g. 127.0.0.1:6037: one more with GOMAXPROCS set
+# to every CPU, the runtime's own default, which limits.threads' auto
+# halves where the backend is on this host), BEFORE_BIN
 # (empty; a fenceproxy binary of another revision, measured in the same run
 # as fenceproxy-before on BEFORE_LISTEN, 127.0.0.1:6035), RELAY_LISTEN
 # (127.0.0.1:13306, where haproxy listens).
@@ -48,6 +51,13 @@ if [[ -n ${ONE_PROC_LISTEN:-} ]]; then
   FP_PIDS="$FP_PIDS $!"
   targets+=(fenceproxy-1p="$ONE_PROC_LISTEN")
 fi
+rm -f "$BENCH_WORK/fenceproxy-allcpus.log"
+if [[ -n ${ALL_PROCS_LISTEN:-} ]]; then
+  sed "s/^listen: .*/listen: $ALL_PROCS_LISTEN/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-allcpus.yaml"
+  GOMAXPROCS=$(nproc) "$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/fenceproxy-allcpus.yaml" 2>"$BENCH_WORK/fenceproxy-allcpus.log" &
+  FP_PIDS="$FP_PIDS $!"
+  targets+=(fenceproxy-allcpus="$ALL_PROCS_LISTEN")
+fi
 rm -f "$BENCH_WORK/fenceproxy-before.log"
 if [[ -n ${BEFORE_BIN:-} ]]; then
   BEFORE_LISTEN=${BEFORE_LISTEN:-127.0.0.1:6035}
@@ -62,7 +72,7 @@ cleanup() {
   RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" stop >/dev/null || true
 }
 trap cleanup EXIT
-for addr in "$FP_LISTEN" ${ONE_PROC_LISTEN:-} ${BEFORE_LISTEN:-}; do
+for addr in "$FP_LISTEN" ${ONE_PROC_LISTEN:-} ${ALL_PROCS_LISTEN:-} ${BEFORE_LISTEN:-}; do
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null && break; sleep 0.05; done
 done
 RELAY_BACKEND=$BACKEND bash "$SHARED/bench/haproxy-relay.sh" start

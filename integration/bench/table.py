@@ -55,17 +55,19 @@ def main():
 
 
 def workloads(rows, cell):
-    print("| workload | haproxy tps | **fenceproxy** tps / haproxy [min-max] | p99 / haproxy "
-          "| GOMAXPROCS=1 tps / haproxy [min-max] | p99 / haproxy | direct tps / haproxy |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| workload | haproxy tps | **fenceproxy** (default) tps / haproxy [min-max] | p99 / haproxy "
+          "| GOMAXPROCS=1 tps / haproxy [min-max] | p99 / haproxy "
+          "| GOMAXPROCS=all CPUs tps / haproxy [min-max] | p99 / haproxy | direct tps / haproxy |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for test, name in WORKLOADS:
         if not any(k[0] == test for k in rows):
             continue
         h, _, _ = cell(test, "haproxy")
         _, fr, fp = cell(test, "fenceproxy")
         _, or_, op = cell(test, "fenceproxy-1p")
+        _, ar, ap = cell(test, "fenceproxy-allcpus")
         _, dr, _ = cell(test, "direct")
-        print(f"| {name} | {h} | **{fr}** | **{fp}** | {or_} | {op} | {dr.split(' ')[0]} |")
+        print(f"| {name} | {h} | **{fr}** | **{fp}** | {or_} | {op} | {ar} | {ap} | {dr.split(' ')[0]} |")
 
 
 

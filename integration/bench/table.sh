@@ -4,7 +4,8 @@
 #
 #   1. OLTP point_select, read_only, write_only and connect (a connection's
 #      whole life per event: connect, auth, SELECT 1, quit) through haproxy,
-#      fenceproxy, fenceproxy with GOMAXPROCS=1 and the server directly
+#      fenceproxy (default threads), fenceproxy with GOMAXPROCS=1 and with
+#      GOMAXPROCS = every CPU (the runtime default), and the server directly
 #      (sysbench.sh; one protected table the workloads do not touch, so
 #      every statement goes through the rewriter's fast path);
 #   2. fenced writes on protected tables (fenced.sh);
@@ -34,6 +35,7 @@ while (($#)); do
 done
 export BENCH_WORK=${BENCH_WORK:-/tmp/fenceproxy-bench}
 export ONE_PROC_LISTEN=${ONE_PROC_LISTEN:-127.0.0.1:6034}
+export ALL_PROCS_LISTEN=${ALL_PROCS_LISTEN:-127.0.0.1:6037}
 BACKEND=${BACKEND:-127.0.0.1:3306}
 SKIP=${SKIP:-}
 OUT=$BENCH_WORK/table-$(date +%Y%m%d-%H%M%S)
