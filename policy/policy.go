@@ -77,8 +77,9 @@ type Limits struct {
 	// Threads is how many OS threads run the proxy's Go code at once
 	// (GOMAXPROCS). 0 (default) = auto: half the CPUs the process may use
 	// (at least 1) when the backend is on this host, where the proxy
-	// shares them with the server and usually the clients; else all of
-	// them. The environment's GOMAXPROCS wins over both.
+	// shares them with the server and usually the clients; else, or when
+	// the CPU affinity mask gives it CPUs of its own, all of them. The
+	// environment's GOMAXPROCS wins over both.
 	Threads int `yaml:"threads"`
 }
 

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/policy"
@@ -32,13 +34,17 @@ type threadChoice struct {
 
 // pickThreads decides limits.threads: the environment's GOMAXPROCS first,
 // then the config, then auto. cpus is the runtime's default, which already
-// counts the CPU affinity mask (taskset) and a cgroup CPU limit.
-func pickThreads(setting int, env string, cpus int, backendLocal bool) threadChoice {
+// counts the CPU affinity mask (taskset) and a cgroup CPU limit; pinned:
+// the affinity mask leaves out some of the host's CPUs, so someone gave the
+// proxy CPUs of its own, and it takes them all.
+func pickThreads(setting int, env string, cpus int, backendLocal, pinned bool) threadChoice {
 	switch {
 	case env != "":
 		return threadChoice{why: "GOMAXPROCS from the environment"}
 	case setting > 0:
 		return threadChoice{n: setting, why: "limits.threads"}
+	case pinned:
+		return threadChoice{why: fmt.Sprintf("auto: all %d CPUs of the process's affinity mask", cpus)}
 	case backendLocal && cpus > 1:
 		return threadChoice{n: cpus / 2, why: fmt.Sprintf("auto: the backend is on this host, half of %d CPUs", cpus)}
 	default:
@@ -51,7 +57,7 @@ var defaultProcs = runtime.GOMAXPROCS(0)
 
 // applyThreads sets GOMAXPROCS for a config, at start and on every reload.
 func applyThreads(cfg *policy.Config, logger *slog.Logger) {
-	c := pickThreads(cfg.Limits.Threads, os.Getenv("GOMAXPROCS"), defaultProcs, isLocalAddress(cfg.Backend.Address))
+	c := pickThreads(cfg.Limits.Threads, os.Getenv("GOMAXPROCS"), defaultProcs, isLocalAddress(cfg.Backend.Address), pinned())
 	if c.n > 0 {
 		runtime.GOMAXPROCS(c.n)
 	} else if os.Getenv("GOMAXPROCS") == "" {
@@ -94,4 +100,35 @@ func isLocalAddress(addr string) bool {
 		}
 	}
 	return false
+}
+
+// pinned: the process may run on fewer CPUs than the host has online.
+func pinned() bool {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return false
+	}
+	online := countCPUList(strings.TrimSpace(string(b)))
+	return online > 0 && runtime.NumCPU() < online
+}
+
+// countCPUList counts the CPUs of a kernel CPU list ("0-3,8,10-11"); 0 when
+// it cannot be read.
+func countCPUList(list string) int {
+	n := 0
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return 0
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return 0
+			}
+		}
+		n += b - a + 1
+	}
+	return n
 }
