@@ -24,9 +24,16 @@ type backendWatch struct {
 
 func (c *clientConn) startWatch() *backendWatch {
 	w := &backendWatch{done: make(chan struct{})}
+	parked := c.backend.parked()
 	go func() {
 		defer close(w.done)
-		if _, err := c.backend.r.Peek(1); err != nil && isTimeout(err) {
+		var err error
+		if parked {
+			err = c.backend.waitReadable()
+		} else {
+			_, err = c.backend.r.Peek(1)
+		}
+		if err != nil && isTimeout(err) {
 			return // stopped: the client sent a command, or the wait ended
 		}
 		// Between commands the server sends nothing unasked, except an
@@ -58,6 +65,13 @@ func (w *backendWatch) stop(c *clientConn) {
 // session (an error packet the client's library can show) and ends the
 // connection.
 func (c *clientConn) backendGone() error {
+	c.client.unpark()
+	if c.backend.parked() {
+		// The watch saw something arrive, and read none of it.
+		c.backend.unpark()
+		c.backend.conn.SetReadDeadline(time.Now().Add(time.Second))
+		c.backend.r.Peek(1)
+	}
 	if n := c.backend.r.Buffered(); n > 0 {
 		b, _ := c.backend.r.Peek(n)
 		c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))

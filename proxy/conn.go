@@ -92,6 +92,7 @@ type clientConn struct {
 	// between commands: see waitCommand and wake
 	mu         sync.Mutex
 	idle       bool
+	parked     bool // both sides' buffers are back in the pools (for tests)
 	lastActive time.Time
 }
 
@@ -158,15 +159,24 @@ var (
 // error when the connection should end instead: the client left, it was
 // idle too long, the backend closed the idle session, or the proxy is
 // draining and this connection is outside a transaction.
+//
+// A client idle for watchAfter settles: the connection's buffers go back
+// to the pools until the next command (park), and outside a transaction
+// the backend is watched. Commands that follow each other faster cost
+// nothing extra.
 func (c *clientConn) waitCommand(rt *runtime) error {
 	idleTimeout := rt.cfg.Timeouts.Idle.D()
 	now := time.Now()
 	c.lastActive = now
 	var watch *backendWatch
+	settled := false
 	defer func() {
 		if watch != nil {
 			watch.stop(c)
 		}
+		// What ends the wait, a command or the connection, needs them.
+		c.client.unpark()
+		c.backend.unpark()
 	}()
 	for {
 		// Arm the deadline before declaring idleness, so that wake's
@@ -176,7 +186,7 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 			deadline = c.lastActive.Add(idleTimeout)
 		}
 		early := false
-		if watch == nil && !c.inTransaction() {
+		if !settled {
 			if at := c.lastActive.Add(watchAfter); deadline.IsZero() || at.Before(deadline) {
 				deadline, early = at, true
 			}
@@ -184,6 +194,7 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		c.client.conn.SetReadDeadline(deadline)
 		c.mu.Lock()
 		c.idle = !c.inTransaction()
+		c.parked = c.client.parked() && c.backend.parked()
 		// A watch that fired before idle was set could not wake this
 		// wait (it found idle false): its fired flag, stored before it
 		// took mu, is visible here.
@@ -197,9 +208,16 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		if c.p.draining.Load() && !c.inTransaction() {
 			return errDraining
 		}
-		_, _, err := c.client.peekHeader()
+		var err error
+		if c.client.parked() {
+			err = c.client.waitReadable()
+		}
+		if err == nil {
+			c.client.unpark()
+			_, _, err = c.client.peekHeader()
+		}
 		c.mu.Lock()
-		c.idle = false
+		c.idle, c.parked = false, false
 		c.client.conn.SetReadDeadline(time.Time{})
 		c.mu.Unlock()
 		if err == nil {
@@ -219,12 +237,25 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		if idleTimeout > 0 && time.Since(c.lastActive) >= idleTimeout {
 			return errIdle
 		}
-		if early && watch == nil {
-			watch = c.startWatch()
+		if early {
+			settled = true
+			c.settle()
+			if !c.inTransaction() {
+				watch = c.startWatch()
+			}
 		}
 		// A wake-up that found us busy in a transaction, or an early timer:
 		// keep waiting.
 	}
+}
+
+// settle drops what a connection idle for watchAfter keeps only for the
+// next command: its buffers (until that command comes), and the scratch
+// of a large statement (up to maxKeptBuffer).
+func (c *clientConn) settle() {
+	c.client.park()
+	c.backend.park()
+	c.buf = nil
 }
 
 // wake interrupts an idle wait so that a draining proxy can close the

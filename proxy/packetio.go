@@ -47,8 +47,13 @@ func malformed(format string, args ...any) error {
 type packetConn struct {
 	side side // whose connection this is, for errors
 	conn net.Conn
-	r    *bufio.Reader
-	w    *bufio.Writer
+	r    *bufio.Reader // nil while parked
+	w    *bufio.Writer // nil while parked
+	rw   io.ReadWriter // what r and w buffer: conn, or its raw socket
+	// waiter waits for the socket to become readable without a buffer
+	// (rawio_linux.go); nil where it cannot (TLS, other systems): such a
+	// connection keeps its buffers while idle.
+	waiter readyWaiter
 
 	// counters for metrics, read by the owning connection only
 	bytesIn, bytesOut int64
@@ -61,11 +66,17 @@ type packetConn struct {
 
 func newPacketConn(s side, c net.Conn) *packetConn {
 	rw := socketIO(c)
-	r := readerPool.Get().(*bufio.Reader)
-	r.Reset(rw)
-	w := writerPool.Get().(*bufio.Writer)
-	w.Reset(rw)
-	return &packetConn{side: s, conn: c, r: r, w: w}
+	p := &packetConn{side: s, conn: c, rw: rw}
+	p.waiter, _ = rw.(readyWaiter)
+	p.unpark()
+	return p
+}
+
+// readyWaiter is a socket that can wait until it has something to read
+// (data, end of stream or an error) without reading it, under the
+// connection's read deadline.
+type readyWaiter interface {
+	waitReadable() error
 }
 
 // The buffers of connections that ended, for new ones: each connection has
@@ -77,8 +88,41 @@ var (
 	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, bufSize) }}
 )
 
+// park returns p's buffers to the pools while its peer is idle, if they
+// hold nothing and p can wait without them (waitReadable); unpark takes
+// buffers again before p is read or written. An idle connection then
+// holds no buffer: measured at 5,000 idle connections, the four buffers'
+// pages were about half of the proxy's memory per connection (README).
+func (p *packetConn) park() bool {
+	if p.waiter == nil || p.r == nil || p.r.Buffered() > 0 || p.w.Buffered() > 0 {
+		return false
+	}
+	p.release()
+	return true
+}
+
+func (p *packetConn) parked() bool { return p.r == nil }
+
+// unpark gives p buffers again (no-op unless parked).
+func (p *packetConn) unpark() {
+	if p.r != nil {
+		return
+	}
+	p.r = readerPool.Get().(*bufio.Reader)
+	p.r.Reset(p.rw)
+	p.w = writerPool.Get().(*bufio.Writer)
+	p.w.Reset(p.rw)
+}
+
+// waitReadable waits, parked, until the peer sent something or closed;
+// it returns the wait's own error (a deadline, the connection closed), and
+// leaves what arrived, an end of stream too, to the next read.
+func (p *packetConn) waitReadable() error {
+	return p.sideErr(p.waiter.waitReadable())
+}
+
 // release returns p's buffers to the pools once nothing reads or writes p
-// any more; p must not be used after it.
+// any more, until unpark; p must not be used after it otherwise.
 func (p *packetConn) release() {
 	if p.r != nil {
 		p.r.Reset(nil)
@@ -361,7 +405,7 @@ func (p *packetConn) upgradeTLS(tc *tls.Conn) error {
 	if err := p.flush(); err != nil {
 		return err
 	}
-	p.conn = tc
+	p.conn, p.rw, p.waiter = tc, tc, nil
 	p.r.Reset(tc)
 	p.w.Reset(tc)
 	return nil

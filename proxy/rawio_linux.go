@@ -31,6 +31,8 @@ type rawSocket struct {
 	r, w    rawCall
 	readFn  func(fd uintptr) bool
 	writeFn func(fd uintptr) bool
+	peekFn  func(fd uintptr) bool
+	peeked  [1]byte // where peek's MSG_PEEK copies to; never read
 }
 
 // rawCall is one direction's system call in progress.
@@ -54,6 +56,7 @@ func socketIO(c net.Conn) io.ReadWriter {
 	s := &rawSocket{rc: rc}
 	s.readFn = s.read
 	s.writeFn = s.write
+	s.peekFn = s.peek
 	return s
 }
 
@@ -129,4 +132,24 @@ func (s *rawSocket) write(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// waitReadable waits in the poller until the socket has data, an end of
+// stream or an error pending, and consumes nothing: a parked connection
+// (packetConn.park) waits so without holding a read buffer.
+func (s *rawSocket) waitReadable() error { return s.rc.Read(s.peekFn) }
+
+func (s *rawSocket) peek(fd uintptr) bool {
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.peeked[0])), 1, syscall.MSG_PEEK, 0, 0)
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // nothing yet: wait in the poller
+		}
+		// Data (n > 0), the end of the stream (n == 0) or an error: the
+		// next read reports which.
+		return true
+	}
 }

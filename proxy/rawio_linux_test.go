@@ -156,4 +156,47 @@ func TestRawSocket(t *testing.T) {
 			t.Fatalf("Write after Close = %v, want net.ErrClosed", err)
 		}
 	})
+
+	t.Run("waitReadable returns when data arrives and consumes none of it", func(t *testing.T) {
+		a, b := tcpPair(t)
+		s := socketIO(a).(*rawSocket)
+		errc := make(chan error, 1)
+		go func() { errc <- s.waitReadable() }()
+		select {
+		case err := <-errc:
+			t.Fatalf("waitReadable returned %v before anything was sent", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		b.Write([]byte("hello"))
+		if err := <-errc; err != nil {
+			t.Fatalf("waitReadable = %v, want nil", err)
+		}
+		buf := make([]byte, 10)
+		if n, err := s.Read(buf); err != nil || string(buf[:n]) != "hello" {
+			t.Fatalf("Read after waitReadable = %q, %v; want all of \"hello\"", buf[:n], err)
+		}
+	})
+
+	t.Run("waitReadable returns at the peer's close, which the next read reports", func(t *testing.T) {
+		a, b := tcpPair(t)
+		s := socketIO(a).(*rawSocket)
+		b.Close()
+		if err := s.waitReadable(); err != nil {
+			t.Fatalf("waitReadable = %v, want nil", err)
+		}
+		if n, err := s.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+			t.Fatalf("Read = %d, %v; want 0, EOF", n, err)
+		}
+	})
+
+	t.Run("waitReadable ends at the read deadline", func(t *testing.T) {
+		a, _ := tcpPair(t)
+		s := socketIO(a).(*rawSocket)
+		errc := make(chan error, 1)
+		go func() { errc <- s.waitReadable() }()
+		a.SetReadDeadline(time.Now())
+		if err := <-errc; !isTimeout(err) {
+			t.Fatalf("waitReadable = %v, want a timeout", err)
+		}
+	})
 }

@@ -17,7 +17,38 @@ func (c *hconn) hangUp() {
 	c.h.line(c, "B->P closed")
 }
 
+// parkedConns counts the proxy's connections whose buffers are parked.
+func (h *harness) parkedConns() int {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	n := 0
+	for c := range h.p.conns {
+		c.mu.Lock()
+		if c.parked {
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}
+
 var lifecycleCases = []transcriptCase{{
+	name: "idle_parks_buffers",
+	about: `A client idle for watchAfter (200ms) gets its connection's buffers returned to the pools,
+outside a transaction and inside one; its next command takes buffers again and is relayed as
+ever.`,
+	backend: "engine: mariadb",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		h.note("idle: the proxy parks the connection's buffers")
+		h.waitFor("the idle connection to park its buffers", func() bool { return h.parkedConns() == 1 })
+		c.relayed("BEGIN", okPkt(0, 0, stInTrans, 0, ""))
+		h.note("idle inside the transaction: parked again")
+		h.waitFor("the connection idle in a transaction to park its buffers", func() bool { return h.parkedConns() == 1 })
+		c.relayed("UPDATE other.t SET v = 1", okPkt(1, 0, stInTrans, 0, rowsMatched("1")))
+		c.relayed("COMMIT", okPkt(0, 0, stAuto, 0, ""))
+	},
+}, {
 	name: "shutdown_drains",
 	about: `Shutdown: an idle connection is closed at once (the proxy tells the backend COM_QUIT); a
 connection inside a transaction keeps being served until the transaction ends, then it is closed
