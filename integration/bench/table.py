@@ -72,24 +72,32 @@ def workloads(rows, cell):
 
 
 def conns(path):
-    if True:
-        lines = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
-        direct = next((float(l[7]) for l in lines if l[0] == "direct"), None)
-        print()
-        print("| target | connections | RSS idle, KiB per connection | RSS active, KiB per connection "
-              "| queries/s, all active | p50 ms | p99 ms | queries/s / direct | failed queries |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-        for l in lines:
-            label, n, _, _, idle, _, active, qps, p50, p99, errs = l[:11]
-            ratio = f"{float(qps) / direct:.3f}" if direct else "-"
-            if label == "direct":
-                # mariadbd keeps its threads and memory from earlier runs:
-                # its RSS delta says nothing about a connection's cost.
-                idle = active = "-"
-            else:
-                idle, active = f"{float(idle):.1f}", f"{float(active):.1f}"
-            print(f"| {label} | {int(n):,} | {idle} | {active} | {float(qps):,.0f} "
-                  f"| {p50} | {p99} | {ratio} | {errs} |")
+    lines = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
+    by = {l[0]: l for l in lines}
+
+    def ratio(x, base):
+        return f"{x / base:.3f}" if x is not None and base else "-"
+
+    h = by.get("haproxy")
+    h_idle, h_active, h_qps = (float(h[4]), float(h[6]), float(h[7])) if h else (None, None, None)
+    direct = float(by["direct"][7]) if "direct" in by else None
+    print()
+    print("| target | connections | RSS idle, KiB per connection | / haproxy | RSS active, KiB per connection | / haproxy "
+          "| queries/s, all active | **/ haproxy** | / direct | p50 ms | p99 ms | failed queries |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for l in lines:
+        label, n, _, _, idle, _, active, qps, p50, p99, errs = l[:11]
+        qps = float(qps)
+        if label == "direct":
+            # mariadbd keeps its threads and memory from earlier runs:
+            # its RSS delta says nothing about a connection's cost.
+            idle_s = active_s = idle_r = active_r = "-"
+        else:
+            idle, active = float(idle), float(active)
+            idle_s, active_s = f"{idle:.1f}", f"{active:.1f}"
+            idle_r, active_r = ratio(idle, h_idle), ratio(active, h_active)
+        print(f"| {label} | {int(n):,} | {idle_s} | {idle_r} | {active_s} | {active_r} | {qps:,.0f} "
+              f"| **{ratio(qps, h_qps)}** | {ratio(qps, direct)} | {p50} | {p99} | {errs} |")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@
 #      (sysbench.sh; one protected table the workloads do not touch, so
 #      every statement goes through the rewriter's fast path);
 #   2. fenced writes on protected tables (fenced.sh);
-#   3. CONNS connections open at once (conns/): the proxy's resident memory
-#      per connection, idle and all querying, and their throughput, for
+#   3. CONNS connections open at once (conns/): the resident memory per
+#      connection, idle and all querying, and their throughput, for haproxy
+#      (its own instance: the shared config caps maxconn at 4,096),
 #      fenceproxy, fenceproxy GOMAXPROCS=1 and the server directly. The
 #      server's max_connections is raised for it (SET GLOBAL) and restored.
 #
@@ -19,8 +20,10 @@
 # Prints the Markdown tables and leaves them, with every log, in
 # $BENCH_WORK/table-<time>/. Env as for sysbench.sh (BACKEND, SHARED,
 # BENCH_WORK, RELAY_LISTEN, FP_LISTEN); ONE_PROC_LISTEN (127.0.0.1:6034);
-# CONNS_LISTEN (127.0.0.1:6036, the proxy of step 3); SKIP (a list
-# of steps to leave out: oltp fenced conns).
+# CONNS_LISTEN (127.0.0.1:6036, the proxy of step 3); CONNS_RELAY_LISTEN
+# (127.0.0.1:13307, step 3's haproxy); BEFORE_BIN (empty; a fenceproxy
+# binary of another revision, measured in step 3 as fenceproxy-before);
+# SKIP (a list of steps to leave out: oltp fenced conns).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -82,7 +85,43 @@ if ! skip conns; then
     "$BENCH_WORK/conns" -label "$1" -addr "$2" -pid "$3" -n "$CONNS" -time "${TIME}s" | tee -a "$OUT/conns.tsv" ||
       echo "table.sh: the $CONNS-connection run through $1 failed" >&2
   }
-  for variant in fenceproxy fenceproxy-1p; do
+  # haproxy as in step 1 (L4, nbthread 2, the shared timeouts), with room
+  # for CONNS connections: two sockets each, and a margin.
+  relay=${CONNS_RELAY_LISTEN:-127.0.0.1:13307}
+  cat >"$OUT/haproxy-conns.cfg" <<CFG
+global
+    maxconn $((CONNS + 200))
+    ulimit-n $((2 * (CONNS + 200) + 100))
+    nbthread 2
+
+defaults
+    mode tcp
+    maxconn $((CONNS + 200))
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+    timeout client-fin 5s
+    timeout server-fin 5s
+
+frontend mysql_in
+    bind $relay
+    default_backend mysql_out
+
+backend mysql_out
+    server db $BACKEND
+CFG
+  haproxy -q -c -f "$OUT/haproxy-conns.cfg"
+  wait_listen() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null && return; sleep 0.05; done; }
+  # -db: in the foreground, one process: its pid is the one to measure.
+  haproxy -db -f "$OUT/haproxy-conns.cfg" 2>"$OUT/haproxy-conns.log" &
+  pid=$!; pids=("$pid")
+  wait_listen "$relay"
+  run_conns haproxy "$relay" "$pid"
+  kill "$pid"; wait "$pid" 2>/dev/null || true; pids=()
+
+  variants=(fenceproxy fenceproxy-1p)
+  if [[ -n ${BEFORE_BIN:-} ]]; then variants+=(fenceproxy-before); fi
+  for variant in "${variants[@]}"; do
     listen=${CONNS_LISTEN:-127.0.0.1:6036}
     cat >"$OUT/$variant.yaml" <<YAML
 listen: $listen
@@ -93,11 +132,13 @@ backend:
 tables:
   - name: app.invoices
 YAML
+    bin=$BENCH_WORK/fenceproxy
+    if [[ $variant == fenceproxy-before ]]; then bin=$BEFORE_BIN; fi
     if [[ $variant == fenceproxy-1p ]]; then export GOMAXPROCS=1; fi
-    "$BENCH_WORK/fenceproxy" serve --config "$OUT/$variant.yaml" 2>"$OUT/$variant.log" &
+    "$bin" serve --config "$OUT/$variant.yaml" 2>"$OUT/$variant.log" &
     pid=$!; pids=("$pid")
     unset GOMAXPROCS
-    for _ in $(seq 100); do (exec 3<>"/dev/tcp/${listen%:*}/${listen##*:}") 2>/dev/null && break; sleep 0.05; done
+    wait_listen "$listen"
     run_conns "$variant" "$listen" "$pid"
     kill "$pid"; wait "$pid" 2>/dev/null || true; pids=()
   done

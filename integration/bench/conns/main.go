@@ -39,6 +39,7 @@ func main() {
 	rows := flag.Int("table-size", 50000, "rows in sbtest1")
 	label := flag.String("label", "", "name printed first (default: addr)")
 	parallel := flag.Int("parallel", 32, "connections opened at a time")
+	idleFor := flag.Duration("idle", time.Second, "how long all connections stay idle before the idle RSS is read")
 	flag.Parse()
 	if *label == "" {
 		*label = *addr
@@ -88,7 +89,7 @@ func main() {
 	if err := <-errs; err != nil {
 		log.Fatal(err)
 	}
-	time.Sleep(time.Second) // let the process settle: what stays is what idle connections cost
+	time.Sleep(*idleFor) // let the process settle: what stays is what idle connections cost
 	idle := rss(*pid)
 
 	// Active: every connection runs point selects back to back.
