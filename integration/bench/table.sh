@@ -22,8 +22,9 @@
 # BENCH_WORK, RELAY_LISTEN, FP_LISTEN); ONE_PROC_LISTEN (127.0.0.1:6034);
 # CONNS_LISTEN (127.0.0.1:6036, the proxy of step 3); CONNS_RELAY_LISTEN
 # (127.0.0.1:13307, step 3's haproxy); BEFORE_BIN (empty; a fenceproxy
-# binary of another revision, measured in step 3 as fenceproxy-before);
-# SKIP (a list of steps to leave out: oltp fenced conns).
+# binary of another revision, a fenceproxy-before row in step 3;
+# sysbench.sh in step 1 reads it too); SKIP (a list of steps to leave
+# out: oltp fenced conns).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
