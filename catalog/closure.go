@@ -162,6 +162,11 @@ type Closure struct {
 	Hidden []string
 
 	known map[string]bool // Snapshot.Tables
+	// functions: every stored function of the snapshot, writer or not
+	// (key(schema, name)); udfs: every loadable function (lower case).
+	// While the catalog cannot be read, a call of any other function that
+	// is not a built-in one is refused: it may have been created since.
+	functions, udfs map[string]bool
 	// tableKeys, routineKeys: the keys of Tables and Routines, sorted, and
 	// those of them that are not ASCII: the lookups' fallback (SameName).
 	tableKeys, routineKeys, wildTables, wildRoutines []string
@@ -201,6 +206,19 @@ func sortedKeys[V any](m map[string]V) (all, wild []string) {
 // Known reports whether the snapshot saw the table or view schema.name.
 func (c *Closure) Known(schema, name string) bool {
 	return c != nil && c.known[key(schema, name)]
+}
+
+// KnownFunction reports whether the snapshot saw the stored function
+// schema.name (whatever it writes). The names compare exactly, case aside:
+// the server's looser comparison (SameName) would let a new function pass
+// for a known one.
+func (c *Closure) KnownFunction(schema, name string) bool {
+	return c != nil && c.functions[key(schema, name)]
+}
+
+// KnownUDF reports whether the snapshot saw the loadable function name.
+func (c *Closure) KnownUDF(name string) bool {
+	return c != nil && c.udfs[strings.ToLower(name)]
 }
 
 // Table returns the fenced table or view schema.name, or nil.
@@ -587,9 +605,18 @@ func (c *closer) leaseIn(s set) string {
 }
 
 func (c *closer) result(snap *Snapshot) *Closure {
-	out := &Closure{Tables: map[string]*Fenced{}, Routines: map[string]*Refused{}, known: map[string]bool{}}
+	out := &Closure{Tables: map[string]*Fenced{}, Routines: map[string]*Refused{}, known: map[string]bool{},
+		functions: map[string]bool{}, udfs: map[string]bool{}}
 	for _, t := range snap.Tables {
 		out.known[key(t.Schema, t.Name)] = true
+	}
+	for _, r := range snap.Routines {
+		if r.Function {
+			out.functions[key(r.Schema, r.Name)] = true
+		}
+	}
+	for _, u := range snap.UDFs {
+		out.udfs[strings.ToLower(u)] = true
 	}
 	names := map[string]ref{}
 	for _, v := range snap.Views {

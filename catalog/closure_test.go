@@ -359,3 +359,34 @@ func TestSameName(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownFunctions: the closure keeps every stored function's name,
+// writer or not, and the UDFs'; names compare exactly (case aside), never
+// the server's looser way, which would let a new function pass for a
+// known one.
+func TestKnownFunctions(t *testing.T) {
+	snap := &Snapshot{
+		Routines: []Routine{
+			{Schema: "app", Name: "fmt", Function: true, Body: "RETURN 1"},
+			{Schema: "app", Name: "bump", Function: true, Body: "BEGIN UPDATE jobs SET n = 1; RETURN 1; END"},
+			{Schema: "app", Name: "rés", Function: true, Body: "RETURN 1"},
+			{Schema: "app", Name: "proc", Body: "SELECT 1"},
+		},
+		UDFs: []string{"Sphinx_Snippets"},
+	}
+	c := Close(snap, []Protected{{Schema: "app", Table: "jobs"}})
+	for _, k := range []struct {
+		schema, name string
+		want         bool
+	}{
+		{"app", "fmt", true}, {"APP", "FMT", true}, {"app", "bump", true}, {"app", "RÉS", true},
+		{"app", "rxs", false}, {"app", "res", false}, {"other", "fmt", false}, {"app", "proc", false}, {"app", "new", false},
+	} {
+		if got := c.KnownFunction(k.schema, k.name); got != k.want {
+			t.Errorf("KnownFunction(%s, %s) = %v, want %v", k.schema, k.name, got, k.want)
+		}
+	}
+	if !c.KnownUDF("sphinx_snippets") || c.KnownUDF("sphinx") || (*Closure)(nil).KnownUDF("x") || (*Closure)(nil).KnownFunction("a", "b") {
+		t.Errorf("KnownUDF: wrong")
+	}
+}

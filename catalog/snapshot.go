@@ -115,6 +115,11 @@ type Snapshot struct {
 	Routines    []Routine
 	ForeignKeys []ForeignKey
 	Events      []Event
+	// UDFs: the names of the loadable functions (CREATE FUNCTION ...
+	// SONAME, mysql.func). They have no schema and no body to read; while
+	// the catalog cannot be read, a call of a name that is neither a
+	// built-in function, a UDF nor a stored function seen here is refused.
+	UDFs []string
 }
 
 // key is a lookup key for a schema-qualified name: case-insensitive, as

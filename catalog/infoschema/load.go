@@ -74,8 +74,8 @@ func CheckVisibility(ctx context.Context, db *sql.DB) ([]string, error) {
 }
 
 // Load reads every application schema's views, triggers, routines, foreign
-// keys, events and table names. It fails with a *BlindError when the
-// account lacks a privilege it needs to see them.
+// keys, events and table names, and the loadable functions. It fails with
+// a *BlindError when the account lacks a privilege it needs to see them.
 func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	missing, err := CheckVisibility(ctx, db)
 	if err != nil {
@@ -160,6 +160,18 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading information_schema.EVENTS: %w", err)
 	}
+	// Loadable functions (CREATE FUNCTION ... SONAME): global SELECT reads
+	// mysql.func on MariaDB and MySQL 8 alike. Only their names matter: a
+	// known one may be called while the catalog cannot be read.
+	err = each(ctx, db, `SELECT name FROM mysql.func`, func(r *sql.Rows) error {
+		var n string
+		err := r.Scan(&n)
+		s.UDFs = append(s.UDFs, n)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading mysql.func: %w", err)
+	}
 	return s, nil
 }
 
@@ -206,6 +218,8 @@ UNION ALL
 SELECT 'events', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, EVENT_SCHEMA, EVENT_NAME, LAST_ALTERED, SQL_MODE,
     MD5(EVENT_DEFINITION)))), 0)
   FROM information_schema.EVENTS WHERE EVENT_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'udfs', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, name, ret, dl, type))), 0) FROM mysql.func
 UNION ALL
 SELECT 'privileges', COUNT(*), COALESCE(SUM(CRC32(PRIVILEGE_TYPE)), 0)
   FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ` + currentGrantee
