@@ -100,8 +100,8 @@ func insertOps(n *ast.InsertStmt) catalog.Op {
 
 // catalogRefusal refuses a statement that calls a refused routine (CALL,
 // or a stored function anywhere in it), reads a view whose reading calls
-// one, or, while the catalog cannot be read, calls a procedure the last
-// good catalog did not know.
+// one, or, while the catalog cannot be read, calls a procedure, or a
+// function that is not built in, that the last good catalog did not know.
 func (in *stmtIn) catalogRefusal() (stmtRes, bool) {
 	e := in.pc.e
 	if e.cat == nil && e.catStale == "" {
@@ -149,7 +149,7 @@ func (in *stmtIn) catalogRefusal() (stmtRes, bool) {
 				", which writes protected tables without a fence; read the tables directly"), true
 		}
 	}
-	return stmtRes{}, false
+	return in.staleCallRefusal()
 }
 
 func (in *stmtIn) isName(i int) bool {

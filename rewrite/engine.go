@@ -21,8 +21,9 @@ type Options struct {
 	// trigger tables, cascading parents, routines); nil = none known.
 	Catalog *catalog.Closure
 	// CatalogStale: why the catalog could not be read lately ("" = it is
-	// current). While set, writes to objects Catalog does not know, and
-	// CALLs of procedures it does not know, are refused.
+	// current). While set, writes to objects Catalog does not know, CALLs
+	// of procedures it does not know, and calls of functions that are
+	// neither built in nor known to it (see stalecall.go) are refused.
 	CatalogStale string
 }
 

@@ -21,6 +21,12 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 	atStart := true
 	cat := e.catSet.any
 	high := cat && hasHigh(sql)
+	// While the catalog cannot be read, any name followed by '(' may call
+	// a function created since: the slow path judges it (stalecall.go).
+	// Built-in names (IN, VALUES, COUNT, NOW ...) spelled as the server
+	// takes them for built-ins stay on the fast path.
+	stale := e.staleCalls(mode.server)
+	var prev token
 	for {
 		t, ok := lx.next()
 		if !ok {
@@ -28,6 +34,13 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 		}
 		if cat && (t.kind == tkWord || t.kind == tkQuotedIdent) && e.catSet.identMatters(sql, t, high) {
 			return false
+		}
+		if stale {
+			if t.kind == tkOp && sql[t.start] == '(' && (prev.kind == tkWord || prev.kind == tkQuotedIdent) &&
+				(prev.kind == tkQuotedIdent || prev.afterDot || !builtinCall(sql[prev.start:prev.end], false, prev.end == t.start)) {
+				return false
+			}
+			prev = t
 		}
 		if atStart {
 			if !fastLeading(sql, t) {
