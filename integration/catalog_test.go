@@ -688,3 +688,161 @@ func TestCatalogProtectedTriggers(t *testing.T) {
 		}
 	})
 }
+
+// awaitCatalog waits for a catalog refresh after which the catalog is
+// unreadable (stale) or readable.
+func (e *catalogEnv) awaitCatalog(t *testing.T, stale bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		n := e.proxy.Proxy.CatalogChecks()
+		if st, _ := e.proxy.Proxy.CatalogState(); (st.Err != nil) == stale && (stale || st.Snapshot != nil) {
+			return
+		}
+		if err := e.proxy.Proxy.WaitCatalog(ctx, n); err != nil {
+			t.Fatalf("waiting for the catalog to be stale=%v: %v", stale, err)
+		}
+	}
+}
+
+// TestCatalogUnreadableFunctions: while the catalog cannot be read, a
+// stored function created directly on the server since the last good read
+// is refused wherever it is called and however it is spelled, and nothing
+// changes; built-in functions and a function the last catalog knew still
+// work. Once the catalog is readable again, the catalog refuses the
+// function as the writer it is.
+func TestCatalogUnreadableFunctions(t *testing.T) {
+	e := newCatalogEnv(t)
+	ctx := context.Background()
+	mustExec(t, e.root, "CREATE FUNCTION fmt_n(x INT) RETURNS VARCHAR(20) DETERMINISTIC RETURN CONCAT(x, ' n')")
+	e.await(t, "fmt_n", func(c *catalog.Closure) bool { return c.KnownFunction(e.db, "fmt_n") })
+	mustExec(t, e.root, "REVOKE TRIGGER ON *.* FROM '"+e.user+"'@'%'")
+	e.awaitCatalog(t, true)
+	mustExec(t, e.root, "CREATE FUNCTION newer_bump() RETURNS INT BEGIN UPDATE jobs SET n = n + 1; RETURN 1; END")
+	// The function works directly on the server: a refusal below is the
+	// proxy's, and a change below would be the function's.
+	probe := directDB(t, dbtest.Shared(t), e.db)
+	if _, err := probe.Exec("DO newer_bump()"); err != nil {
+		t.Fatalf("the function itself fails: %v", err)
+	}
+
+	refusedCall := func(t *testing.T, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "cannot tell whether the function") ||
+			!strings.Contains(strings.ToLower(err.Error()), "newer_bump writes") {
+			t.Errorf("err %v, want the refusal of an unknown function while the catalog cannot be read", err)
+		}
+	}
+	for _, a := range []struct{ name, q string }{
+		{"select list", "SELECT newer_bump()"},
+		{"set", "SET @x = newer_bump()"},
+		{"do", "DO newer_bump()"},
+		{"where", "SELECT id FROM jobs WHERE n > newer_bump()"},
+		{"values", "INSERT INTO parent (id) VALUES (newer_bump() + 100)"},
+		{"insert select", "INSERT INTO parent (id) SELECT newer_bump() + 200"},
+		{"subquery", "SELECT * FROM parent WHERE id IN (SELECT newer_bump())"},
+		{"backquoted", "SELECT `newer_bump`()"},
+		{"schema-qualified", "SELECT `" + e.db + "`.newer_bump()"},
+		{"upper case", "SELECT NEWER_BUMP()"},
+		{"space before the parenthesis", "SELECT newer_bump ()"},
+		{"comment before the parenthesis", "SELECT newer_bump/* x */()"},
+		{"executable comment", "SELECT /*!newer_bump*/()"},
+		{"versioned comment", "SELECT newer_bump/*!50000 ()*/"},
+		{"odbc escape", "SELECT {fn newer_bump()}"},
+		{"convert using", "SELECT CONVERT(newer_bump() USING utf8mb4)"},
+		{"multi-statement packet", "SELECT 1; SELECT newer_bump()"},
+		{"compound statement", "BEGIN NOT ATOMIC DECLARE x INT; SET x = 1; SET x = newer_bump(); END"},
+		{"sql prepare", "PREPARE s FROM 'SELECT newer_bump()'"},
+		{"execute immediate", "EXECUTE IMMEDIATE 'DO newer_bump()'"},
+		{"execute immediate using", "EXECUTE IMMEDIATE 'SELECT ?' USING newer_bump()"},
+	} {
+		t.Run(a.name, func(t *testing.T) {
+			c := e.session(t, false)
+			before := e.dump(t)
+			rows, err := c.QueryContext(ctx, a.q)
+			if err == nil {
+				for rows.Next() {
+				}
+				err = rows.Err()
+				rows.Close()
+			}
+			refusedCall(t, err)
+			if after := e.dump(t); after != before {
+				t.Errorf("%s changed the tables:\nbefore\n%s\nafter\n%s", a.q, before, after)
+			}
+		})
+	}
+	t.Run("com_stmt_prepare", func(t *testing.T) {
+		c := e.session(t, false)
+		before := e.dump(t)
+		st, err := c.PrepareContext(ctx, "SELECT newer_bump() + ?")
+		if err == nil {
+			st.Exec(1)
+			st.Close()
+		}
+		refusedCall(t, err)
+		if e.dump(t) != before {
+			t.Errorf("the prepared call changed the tables")
+		}
+	})
+	t.Run("built-ins and a known function pass", func(t *testing.T) {
+		c := e.session(t, false)
+		var now, ab, n string
+		if err := c.QueryRowContext(ctx, "SELECT NOW(), CONCAT('a','b'), fmt_n(7)").Scan(&now, &ab, &n); err != nil {
+			t.Fatal(err)
+		}
+		if ab != "ab" || n != "7 n" || now == "" {
+			t.Errorf("got %q %q %q", now, ab, n)
+		}
+	})
+
+	mustExec(t, e.root, "GRANT TRIGGER ON *.* TO '"+e.user+"'@'%'")
+	e.await(t, "newer_bump as a writer", func(c *catalog.Closure) bool { return c.Function(e.db, "newer_bump") != nil })
+	c := e.session(t, false)
+	for _, q := range []string{"SELECT newer_bump()", "DO `newer_bump` ()"} {
+		before := e.dump(t)
+		_, err := c.ExecContext(ctx, q)
+		if err == nil || !strings.Contains(err.Error(), "function "+e.db+".newer_bump writes the protected table") {
+			t.Errorf("%s with the catalog readable again: err %v, want the catalog's refusal", q, err)
+		}
+		if e.dump(t) != before {
+			t.Errorf("%s changed the tables", q)
+		}
+	}
+}
+
+// TestCatalogUnreadableUDF: a loadable function (CREATE FUNCTION ...
+// SONAME; SphinxSE's sphinx_snippets, shipped with MariaDB) created while
+// the catalog cannot be read is refused; once a good catalog has listed it
+// (mysql.func), it is called while the catalog is unreadable again.
+func TestCatalogUnreadableUDF(t *testing.T) {
+	e := newCatalogEnv(t)
+	ctx := context.Background()
+	t.Cleanup(func() { e.root.Exec("DROP FUNCTION IF EXISTS sphinx_snippets") })
+	mustExec(t, e.root, "REVOKE TRIGGER ON *.* FROM '"+e.user+"'@'%'")
+	e.awaitCatalog(t, true)
+	if _, err := e.root.Exec("CREATE FUNCTION sphinx_snippets RETURNS STRING SONAME 'ha_sphinx.so'"); err != nil {
+		t.Skip("no loadable function to test with: ", err)
+	}
+	c := e.session(t, false)
+	const q = "SELECT sphinx_snippets()"
+	if _, err := c.ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "sphinx_snippets writes protected tables") {
+		t.Errorf("a UDF created while the catalog cannot be read: err %v, want a refusal", err)
+	}
+	mustExec(t, e.root, "GRANT TRIGGER ON *.* TO '"+e.user+"'@'%'")
+	e.awaitSnapshot(t, "the UDF", func(s *catalog.Snapshot) bool {
+		for _, u := range s.UDFs {
+			if strings.EqualFold(u, "sphinx_snippets") {
+				return true
+			}
+		}
+		return false
+	})
+	mustExec(t, e.root, "REVOKE TRIGGER ON *.* FROM '"+e.user+"'@'%'")
+	e.awaitCatalog(t, true)
+	// The server's own answer: the UDF wants arguments.
+	if _, err := c.ExecContext(ctx, q); err == nil || strings.Contains(err.Error(), "fenceproxy") {
+		t.Errorf("a UDF the last catalog listed: err %v, want the server's error", err)
+	}
+}
