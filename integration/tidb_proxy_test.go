@@ -252,7 +252,8 @@ func TestTiDBProxyRace(t *testing.T) {
 	const lname = "race-proxy"
 	p.newLease(t, lname, "owner-0")
 	st := &raceStats{takeovers: map[uint64]uint64{}, conflicts: map[string]int{}}
-	ctx, cancel := context.WithTimeout(context.Background(), runFor)
+	// stop ends the run; no statement runs under it (raceWriter.run).
+	stop, cancel := context.WithTimeout(context.Background(), runFor)
 	defer cancel()
 	var wg sync.WaitGroup
 	const writers = 3
@@ -262,14 +263,12 @@ func TestTiDBProxyRace(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		rng := rand.New(rand.NewPCG(seed, 1000))
-		for n := 1; ctx.Err() == nil; n++ {
-			time.Sleep(time.Duration(1+rng.IntN(15)) * time.Millisecond)
+		for n := 1; stop.Err() == nil; n++ {
+			time.Sleep(time.Duration(1+rng.IntN(15)) * time.Millisecond) // pacing, not synchronisation
 			mode := []string{"pessimistic", "optimistic"}[rng.IntN(2)]
-			tok, ts, err := takeover(ctx, b, mode, lname, fmt.Sprintf("owner-%d", n))
+			tok, ts, err := takeover(context.Background(), b, mode, lname, fmt.Sprintf("owner-%d", n))
 			if err != nil {
-				if ctx.Err() == nil {
-					errc <- fmt.Errorf("takeover: %w", err)
-				}
+				errc <- fmt.Errorf("takeover: %w", err)
 				return
 			}
 			st.mu.Lock()
@@ -298,7 +297,7 @@ func TestTiDBProxyRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := wr.run(ctx); err != nil {
+			if err := wr.run(stop); err != nil {
 				errc <- fmt.Errorf("writer: %w", err)
 			}
 		}()
