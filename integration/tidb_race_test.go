@@ -40,7 +40,9 @@ type raceStats struct {
 // autocommit) until the fence refuses them, and a session that takes the
 // lease over at random moments. From TiDB's commit timestamps it counts the
 // writer transactions with token t that committed after the takeover to
-// t+1. The guard shape must have none.
+// t+1. The guard shape must have none. The run lasts FENCEPROXY_TIDB_RACE
+// (30 s), longer while a guard configuration has not yet exercised the race
+// (raceStop).
 func TestTiDBFenceShapesRace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("randomized race of 30 s")
@@ -59,13 +61,20 @@ func TestTiDBFenceShapesRace(t *testing.T) {
 	}
 	const writers = 2
 	stats := make([]*raceStats, len(configs))
-	stop, cancel := context.WithTimeout(context.Background(), runFor)
+	var guards []*raceStats
+	for i, cfg := range configs {
+		stats[i] = &raceStats{takeovers: map[uint64]uint64{}, conflicts: map[string]int{}}
+		if cfg.shape == shapeGuard {
+			guards = append(guards, stats[i])
+		}
+	}
+	stop, cancel := raceStop(runFor, guards...)
 	defer cancel()
+	began := time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, len(configs)*(writers+1))
 	for i, cfg := range configs {
-		st := &raceStats{takeovers: map[uint64]uint64{}, conflicts: map[string]int{}}
-		stats[i] = st
+		st := stats[i]
 		lname := fmt.Sprintf("race-%d", i)
 		e.newLease(t, lname, "owner-0")
 		ref := leaseRef(lname, cfg.literal)
@@ -104,6 +113,7 @@ func TestTiDBFenceShapesRace(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	t.Logf("ran %s", time.Since(began).Round(time.Millisecond))
 	close(errc)
 	for err := range errc {
 		t.Error(err)
@@ -121,11 +131,58 @@ func TestTiDBFenceShapesRace(t *testing.T) {
 			if stale > 0 {
 				t.Errorf("guard shape (%s lease name): %d writer transactions committed after the takeover to the next token", form, stale)
 			}
-			if len(st.takeovers) < 20 || len(st.commits) < 20 || st.rejected < 10 {
-				t.Errorf("guard shape (%s): the run did not exercise the race: %d takeovers, %d commits, %d refused", form, len(st.takeovers), len(st.commits), st.rejected)
+			if !st.exercised() {
+				t.Errorf("guard shape (%s): the run did not exercise the race in %s: %d takeovers, %d commits, %d refused", form, raceLimit*runFor, len(st.takeovers), len(st.commits), st.rejected)
 			}
 		}
 	}
+}
+
+// raceLimit bounds a race at raceLimit times its set length while it has
+// not exercised the race.
+const raceLimit = 10
+
+// raceStop returns the context that ends a race: once runFor has passed
+// and each of need has exercised the race (exercised), or after raceLimit
+// times runFor. A fixed length was too short under load: at load average
+// 30-200, the guard shapes made 5-18 committed writer transactions in runs
+// of 10 s and 9-16 in 2 of 6 runs of 30 s (20 needed), and the test failed
+// although nothing was wrong.
+func raceStop(runFor time.Duration, need ...*raceStats) (context.Context, context.CancelFunc) {
+	stop, cancel := context.WithTimeout(context.Background(), raceLimit*runFor)
+	go func() {
+		select {
+		case <-stop.Done():
+			return
+		case <-time.After(runFor):
+		}
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			done := true
+			for _, st := range need {
+				done = done && st.exercised()
+			}
+			if done {
+				cancel()
+				return
+			}
+			select {
+			case <-stop.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return stop, cancel
+}
+
+// exercised reports whether the race happened often enough for "no stale
+// commit" to mean something: takeovers, writer commits and refusals.
+func (st *raceStats) exercised() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.takeovers) >= 20 && len(st.commits) >= 20 && st.rejected >= 10
 }
 
 func tidbRaceDuration(t *testing.T) time.Duration {
