@@ -22,6 +22,14 @@ import (
 //   - A protected table whose triggers or cascades reach other protected
 //     tables is listed too, with those others: its writes need their
 //     leases as well as its own.
+//   - A MERGE table writes the tables of its UNION list: fenced like a
+//     view over them (engine.go).
+//   - A table whose engine forwards its rows (FEDERATED, CONNECT, SPIDER,
+//     or an engine this code does not know) cannot be fenced: every write
+//     to it is refused, and so is every write that reaches it (through a
+//     view, a trigger, a routine). Such tables take part in the closure as
+//     protected tables of their own (after the policy's), which never
+//     become targets.
 //
 // An object reaching a lease table cannot be fenced at all (a worker with
 // any valid lease could forge another's): its writes are refused.
@@ -45,6 +53,8 @@ const (
 	KindView     Kind = 1 << iota // a view over protected tables
 	KindTriggers                  // its triggers write protected tables
 	KindCascade                   // its foreign key rules change protected tables
+	KindMerge                     // a MERGE table over protected tables
+	KindForward                   // its engine forwards its rows elsewhere: writes refused
 )
 
 func (k Kind) String() string {
@@ -57,6 +67,12 @@ func (k Kind) String() string {
 	}
 	if k&KindCascade != 0 {
 		parts = append(parts, "cascade")
+	}
+	if k&KindMerge != 0 {
+		parts = append(parts, "merge")
+	}
+	if k&KindForward != 0 {
+		parts = append(parts, "forward")
 	}
 	return strings.Join(parts, "+")
 }
@@ -75,7 +91,10 @@ type Fenced struct {
 	// ReadRefuse: reading the view calls a refused function (the
 	// function's name); any statement naming the view is refused.
 	ReadRefuse string
-	Why        []string // how it reaches them, one line per path, sorted
+	// Engine: the table's own engine forwards its rows (KindForward); its
+	// writes are all refused.
+	Engine string
+	Why    []string // how it reaches them, one line per path, sorted
 }
 
 // Ops returns the operations that reach a protected table.
@@ -119,6 +138,7 @@ type Refused struct {
 	Table        string // schema.table: the first protected table it writes
 	Dynamic      bool   // its body (or a routine it calls) runs dynamic SQL
 	Hidden       bool   // the catalog account cannot see its body (or a callee's)
+	Engine       string // Table is not protected but forwards its rows (this engine)
 }
 
 // Reason is the refusal's sentence.
@@ -135,6 +155,9 @@ func (r *Refused) Reason() string {
 	case r.Dynamic:
 		return "the " + what + " " + name + " runs dynamic SQL (PREPARE/EXECUTE), which may write any protected table " +
 			"(" + r.Table + " among them) without a fence; write the tables directly"
+	case r.Engine != "":
+		return "the " + what + " " + name + " writes the table " + r.Table + " (ENGINE=" + r.Engine + "), whose engine " +
+			"writes its rows over a connection of its own that fenceproxy cannot fence; write the remote table directly instead"
 	}
 	return "the " + what + " " + name + " writes the protected table " + r.Table +
 		" without a fence; write the table directly (fenced) instead"
@@ -287,8 +310,13 @@ type trig struct {
 }
 
 type closer struct {
-	prot   []Protected
-	byKey  map[string]int
+	prot  []Protected
+	byKey map[string]int
+	// fwd: tables whose engine forwards rows, by key: their index in prot
+	// (past the policy's); engine[i] is that index's engine.
+	fwd    map[string]int
+	engine map[int]string
+	merges map[string]bool // MERGE tables (in views, with their UNION lists)
 	all    set
 	views  map[string][]ref // view key -> bases
 	vfuncs map[string][]ref
@@ -309,8 +337,11 @@ type closer struct {
 // Close computes the closure of snap over the protected tables.
 func Close(snap *Snapshot, prot []Protected) *Closure {
 	c := &closer{
-		prot:    prot,
+		prot:    append([]Protected(nil), prot...),
 		byKey:   map[string]int{},
+		fwd:     map[string]int{},
+		engine:  map[int]string{},
+		merges:  map[string]bool{},
 		all:     set{},
 		views:   map[string][]ref{},
 		vfuncs:  map[string][]ref{},
@@ -330,6 +361,31 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 	}
 	if snap == nil {
 		snap = &Snapshot{}
+	}
+	for _, te := range snap.Engines {
+		k := key(te.Schema, te.Name)
+		class := ClassOf(te.Engine)
+		if class == EngineMerge && te.UnionUnknown {
+			class = EngineUnknown
+		}
+		switch class {
+		case EngineMerge:
+			var bases []ref
+			for _, u := range te.Union {
+				bases = append(bases, ref{u.Schema, u.Name})
+			}
+			c.views[k] = bases
+			c.merges[k] = true
+		case EngineForward, EngineUnknown:
+			if _, dup := c.fwd[k]; dup {
+				continue
+			}
+			i := len(c.prot)
+			c.prot = append(c.prot, Protected{Schema: te.Schema, Table: te.Name})
+			c.fwd[k] = i
+			c.engine[i] = te.Engine
+			c.all[i] = struct{}{}
+		}
 	}
 	for i := range snap.Views {
 		v := &snap.Views[i]
@@ -383,6 +439,9 @@ func (c *closer) objects() []string {
 	for k := range c.fks {
 		add(k)
 	}
+	for k := range c.fwd {
+		add(k)
+	}
 	sort.Strings(out)
 	return out
 }
@@ -396,8 +455,15 @@ func (c *closer) fullOf(k string, op int) set {
 
 // protectedOf: the protected table k itself, if it is one.
 func (c *closer) protectedOf(k string) set {
-	if i, ok := c.byKey[k]; ok {
+	i, ok := c.byKey[k]
+	j, fwd := c.fwd[k]
+	switch {
+	case ok && fwd:
+		return set{i: {}, j: {}}
+	case ok:
 		return set{i: {}}
+	case fwd:
+		return set{j: {}}
 	}
 	return nil
 }
@@ -587,6 +653,33 @@ func (c *closer) targets(s set) []Target {
 	return out
 }
 
+// fenceTargets: the targets of s a fence can hold, without the tables
+// whose engine forwards rows.
+func (c *closer) fenceTargets(s set) []Target {
+	keep := set{}
+	for i := range s {
+		if _, fwd := c.engine[i]; !fwd {
+			keep[i] = struct{}{}
+		}
+	}
+	return c.targets(keep)
+}
+
+// forwardIn returns the first table of s whose engine forwards rows, and
+// its engine.
+func (c *closer) forwardIn(s set) (string, string) {
+	best := -1
+	for i := range s {
+		if _, fwd := c.engine[i]; fwd && (best < 0 || i < best) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", ""
+	}
+	return c.prot[best].Schema + "." + c.prot[best].Table, c.engine[best]
+}
+
 func (c *closer) first(s set) string {
 	t := c.targets(s)
 	if len(t) == 0 {
@@ -596,9 +689,14 @@ func (c *closer) first(s set) string {
 }
 
 func (c *closer) leaseIn(s set) string {
-	for _, t := range c.targets(s) {
-		if i := c.byKey[key(t.Schema, t.Table)]; c.prot[i].LeaseTable {
-			return t.Schema + "." + t.Table
+	idx := make([]int, 0, len(s))
+	for i := range s {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		if p := c.prot[i]; p.LeaseTable {
+			return p.Schema + "." + p.Table
 		}
 	}
 	return ""
@@ -628,6 +726,9 @@ func (c *closer) result(snap *Snapshot) *Closure {
 	for _, fk := range snap.ForeignKeys {
 		names[key(fk.RefSchema, fk.RefTable)] = ref{fk.RefSchema, fk.RefTable}
 	}
+	for _, te := range snap.Engines {
+		names[key(te.Schema, te.Name)] = ref{te.Schema, te.Name}
+	}
 	for _, k := range c.objects() {
 		fs := c.full[k]
 		if i, prot := c.byKey[k]; prot && fs != nil {
@@ -646,17 +747,39 @@ func (c *closer) result(snap *Snapshot) *Closure {
 			}
 			fs = &others
 		}
-		if fs == nil || len(fs[0])+len(fs[1])+len(fs[2]) == 0 {
+		j, fwd := c.fwd[k]
+		if fwd && fs != nil {
+			// The table's own index is no target of its own.
+			var others [3]set
+			for op := 0; op < 3; op++ {
+				others[op] = set{}
+				for x := range fs[op] {
+					if x != j {
+						others[op][x] = struct{}{}
+					}
+				}
+			}
+			fs = &others
+		}
+		if !fwd && (fs == nil || len(fs[0])+len(fs[1])+len(fs[2]) == 0) {
 			continue
+		}
+		if fs == nil {
+			fs = &[3]set{{}, {}, {}}
 		}
 		n := names[k]
 		f := &Fenced{Schema: n.schema, Name: n.name}
 		for op := 0; op < 3; op++ {
-			f.Targets[op] = c.targets(fs[op])
+			f.Targets[op] = c.fenceTargets(fs[op])
 			if lt := c.leaseIn(fs[op]); lt != "" {
 				f.Refuse |= opOf(op)
 				f.RefuseWhy = "a write to it may change the lease table " + lt +
 					" (through triggers, views or routines), which only fenceproxy's lease functions may change"
+			} else if ft, eng := c.forwardIn(fs[op]); ft != "" {
+				f.Refuse |= opOf(op)
+				f.RefuseWhy = "a write to it reaches the table " + ft + " (through views, triggers or routines), " +
+					"whose ENGINE=" + eng + " writes its rows over a connection of its own that fenceproxy cannot fence; " +
+					"write the tables directly instead"
 			}
 		}
 		f.Why, f.Kind = c.why(k, fs)
@@ -668,6 +791,14 @@ func (c *closer) result(snap *Snapshot) *Closure {
 						"; grant it the TRIGGER privilege on the table, or write the tables directly"
 				}
 			}
+		}
+		if fwd {
+			f.Engine = c.engine[j]
+			f.Kind |= KindForward
+			f.Refuse = OpAll
+			f.RefuseWhy = forwardWhy(n.schema, n.name, f.Engine)
+			f.Why = append(f.Why, "ENGINE="+f.Engine+": its rows are written over a connection of its own")
+			sort.Strings(f.Why)
 		}
 		out.Tables[k] = f
 	}
@@ -684,7 +815,11 @@ func (c *closer) result(snap *Snapshot) *Closure {
 			continue
 		}
 		d, h := c.flags(fx, map[string]bool{k: true})
-		out.Routines[k] = &Refused{Schema: r.Schema, Name: r.Name, Function: r.Function, Table: c.first(s), Dynamic: d, Hidden: h}
+		rf := &Refused{Schema: r.Schema, Name: r.Name, Function: r.Function, Table: c.first(s), Dynamic: d, Hidden: h}
+		if len(c.fenceTargets(s)) == 0 {
+			rf.Table, rf.Engine = c.forwardIn(s)
+		}
+		out.Routines[k] = rf
 	}
 	for _, t := range snap.Triggers {
 		if t.Body == "" {
@@ -771,8 +906,14 @@ func (c *closer) why(k string, fs *[3]set) ([]string, Kind) {
 			}
 		}
 		if ops != 0 {
-			kind |= KindView
-			lines = append(lines, "view over "+b.schema+"."+b.name+" -> "+c.list(s))
+			what := "view"
+			if c.merges[k] {
+				kind |= KindMerge
+				what = "MERGE table"
+			} else {
+				kind |= KindView
+			}
+			lines = append(lines, what+" over "+b.schema+"."+b.name+" -> "+c.list(s))
 		}
 	}
 	for _, t := range c.trigs[k] {
@@ -853,6 +994,10 @@ func (c *Closure) Lines() []string {
 		if f.ReadRefuse != "" {
 			ops = append(ops, "refuse reading (calls "+f.ReadRefuse+")")
 		}
+		if f.Engine != "" {
+			out = append(out, "unfenceable table "+f.Schema+"."+f.Name+" (ENGINE="+f.Engine+"): every write refused")
+			continue
+		}
 		out = append(out, "fence "+f.Schema+"."+f.Name+" ("+f.Kind.String()+") "+strings.Join(ops, "; "))
 	}
 	rkeys := make([]string, 0, len(c.Routines))
@@ -868,6 +1013,9 @@ func (c *Closure) Lines() []string {
 		}
 		if r.Hidden {
 			line += " (body not visible)"
+		}
+		if r.Engine != "" {
+			line += " (ENGINE=" + r.Engine + ")"
 		}
 		out = append(out, line)
 	}

@@ -321,6 +321,64 @@ func TestClose(t *testing.T) {
 			}},
 			want: []string{"fence App.T (triggers) INSERT: app.jobs[@]"},
 		},
+		{
+			name: "MERGE over a protected table is fenced like a view over it",
+			snap: Snapshot{Engines: []TableEngine{
+				{Schema: "app", Name: "m", Engine: "MRG_MyISAM", Union: []Name{{"app", "ledger"}, {"app", "other"}}},
+				{Schema: "app", Name: "m_harmless", Engine: "MRG_MYISAM", Union: []Name{{"app", "other"}}},
+			}},
+			want: []string{"fence app.m (merge) INSERT: app.ledger[billing]; UPDATE: app.ledger[billing]; DELETE: app.ledger[billing]"},
+		},
+		{
+			name: "MERGE over the lease table is refused",
+			snap: Snapshot{Engines: []TableEngine{
+				{Schema: "app", Name: "ml", Engine: "MRG_MyISAM", Union: []Name{{"App", "FENCED_JOB_LEASES"}}},
+			}},
+			want: []string{"fence app.ml (merge) INSERT: app.fenced_job_leases[@]; UPDATE: app.fenced_job_leases[@]; " +
+				"DELETE: app.fenced_job_leases[@]; refuse INSERT|UPDATE|DELETE"},
+		},
+		{
+			name: "forwarding engines: every write refused, in any case; unknown engines too; local ones not",
+			snap: Snapshot{Engines: []TableEngine{
+				{Schema: "app", Name: "fx", Engine: "FEDERATED"},
+				{Schema: "app", Name: "cn", Engine: "connect"},
+				{Schema: "app", Name: "sp", Engine: "SPIDER"},
+				{Schema: "app", Name: "odd", Engine: "NDBCLUSTER"},
+				{Schema: "app", Name: "plain", Engine: "Aria"},
+			}},
+			want: []string{
+				"unfenceable table app.cn (ENGINE=connect): every write refused",
+				"unfenceable table app.fx (ENGINE=FEDERATED): every write refused",
+				"unfenceable table app.odd (ENGINE=NDBCLUSTER): every write refused",
+				"unfenceable table app.sp (ENGINE=SPIDER): every write refused",
+			},
+		},
+		{
+			name: "writes that reach a forwarding table are refused: a view, a trigger, a routine, an event",
+			snap: Snapshot{
+				Engines: []TableEngine{{Schema: "app", Name: "fx", Engine: "FEDERATED"}},
+				Views:   []View{{Schema: "app", Name: "vfx", Definition: "select `app`.`fx`.`id` AS `id` from `app`.`fx`"}},
+				Triggers: []Trigger{
+					{Schema: "app", Name: "o_ai", Table: "orders", Event: OpInsert, Body: "INSERT INTO fx VALUES (NEW.id)"},
+					{Schema: "app", Name: "j_ad", Table: "jobs", Event: OpDelete, Body: "DELETE FROM vfx WHERE id = OLD.id"},
+				},
+				Routines: []Routine{{Schema: "app", Name: "p", Body: "BEGIN UPDATE fx SET n = 0; END"}},
+				Events:   []Event{{Schema: "app", Name: "e", Body: "DELETE FROM fx"}},
+			},
+			want: []string{
+				"unfenceable table app.fx (ENGINE=FEDERATED): every write refused",
+				"fence app.jobs (triggers) refuse DELETE",
+				"fence app.orders (triggers) refuse INSERT",
+				"fence app.vfx (view) refuse INSERT|UPDATE|DELETE",
+				"refuse procedure app.p writes app.fx (ENGINE=FEDERATED)",
+				"unfenceable event app.e writes app.fx",
+			},
+		},
+		{
+			name: "a protected table whose engine forwards: its writes are refused too",
+			snap: Snapshot{Engines: []TableEngine{{Schema: "app", Name: "ledger", Engine: "SPIDER"}}},
+			want: []string{"unfenceable table app.ledger (ENGINE=SPIDER): every write refused"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,5 +446,77 @@ func TestKnownFunctions(t *testing.T) {
 	}
 	if !c.KnownUDF("sphinx_snippets") || c.KnownUDF("sphinx") || (*Closure)(nil).KnownUDF("x") || (*Closure)(nil).KnownFunction("a", "b") {
 		t.Errorf("KnownUDF: wrong")
+	}
+}
+
+// TestForwardRefusal: the rewriter's view of the closure: a forwarding
+// table refuses every operation with a reason naming it and its engine,
+// has no targets (a fence cannot hold), and is among the fast path's names.
+func TestForwardRefusal(t *testing.T) {
+	c := Close(&Snapshot{
+		Engines: []TableEngine{{Schema: "app", Name: "fx", Engine: "FEDERATED"}},
+		Views:   []View{{Schema: "app", Name: "vmix", Definition: "select 1 from `app`.`fx` join `app`.`jobs`"}},
+	}, testProt)
+	f := c.Table("APP", "FX")
+	if f == nil {
+		t.Fatal("app.fx not in the closure")
+	}
+	if f.Refuse != OpAll || f.Kind&KindForward == 0 || f.Engine != "FEDERATED" || len(f.For(OpAll)) != 0 {
+		t.Errorf("app.fx: refuse %v kind %v engine %q targets %v", f.Refuse, f.Kind, f.Engine, f.For(OpAll))
+	}
+	for _, w := range []string{"app.fx", "ENGINE=FEDERATED", "connection of its own"} {
+		if !strings.Contains(f.RefuseWhy, w) {
+			t.Errorf("refusal %q does not say %q", f.RefuseWhy, w)
+		}
+	}
+	v := c.Table("app", "vmix")
+	if v == nil || v.Refuse != OpAll || !strings.Contains(v.RefuseWhy, "app.fx") {
+		t.Fatalf("view over fx and jobs: %+v", v)
+	}
+	if got := v.For(OpUpdate); len(got) != 1 || got[0].Table != "jobs" {
+		t.Errorf("view over fx and jobs: targets %v, want jobs alone (fx is no target)", got)
+	}
+	names := strings.Join(c.Names(), ",")
+	if !strings.Contains(names, "fx") {
+		t.Errorf("names %s lack fx", names)
+	}
+}
+
+func TestMergeUnion(t *testing.T) {
+	for _, c := range []struct {
+		name, create string
+		want         string
+		ok           bool
+	}{
+		{"as SHOW CREATE TABLE prints it", "CREATE TABLE `m` (\n  `id` int(11) NOT NULL,\n  KEY `id` (`id`)\n) ENGINE=MRG_MyISAM " +
+			"DEFAULT CHARSET=latin1 COLLATE=latin1_swedish_ci INSERT_METHOD=LAST UNION=(`a`,`other`.`b`)", "app.a other.b", true},
+		{"a column named union is no list", "CREATE TABLE `m` (`union` int) ENGINE=MRG_MyISAM UNION=(`x`)", "app.x", true},
+		{"spaces, no =, case", "create table m (id int) engine=merge union ( a , `B``q` )", "app.a app.B`q", true},
+		{"no UNION list", "CREATE TABLE `m` (`id` int) ENGINE=MRG_MyISAM", "", true},
+		{"unreadable list", "CREATE TABLE `m` (`id` int) ENGINE=MRG_MyISAM UNION=(`a`, 'x')", "", false},
+		{"unterminated list", "CREATE TABLE `m` (`id` int) ENGINE=MRG_MyISAM UNION=(`a`", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			names, ok := MergeUnion(c.create, "app")
+			var got []string
+			for _, n := range names {
+				got = append(got, n.Schema+"."+n.Name)
+			}
+			if strings.Join(got, " ") != c.want || ok != c.ok {
+				t.Errorf("MergeUnion = %q, %v; want %q, %v", strings.Join(got, " "), ok, c.want, c.ok)
+			}
+		})
+	}
+}
+
+func TestClassOf(t *testing.T) {
+	for e, want := range map[string]EngineClass{
+		"InnoDB": EngineLocal, "MyISAM": EngineLocal, "Aria": EngineLocal, "MEMORY": EngineLocal, "SEQUENCE": EngineLocal,
+		"MRG_MyISAM": EngineMerge, "MERGE": EngineMerge, "FEDERATED": EngineForward, "FederatedX": EngineForward,
+		"CONNECT": EngineForward, "spider": EngineForward, " Spider ": EngineForward, "OQGRAPH": EngineUnknown, "": EngineUnknown,
+	} {
+		if got := ClassOf(e); got != want {
+			t.Errorf("ClassOf(%q) = %v, want %v", e, got, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package catalog knows the schema objects of a backend that can write a
 // table without the statement naming it: views, triggers, stored
-// procedures and functions, foreign keys with cascading rules, and events.
+// procedures and functions, foreign keys with cascading rules, events, and
+// tables whose engine writes elsewhere (MERGE, FEDERATED, CONNECT, SPIDER).
 // A Snapshot holds them as information_schema reports them; Close derives,
 // from a policy's protected tables, which objects reach them and how (see
 // closure.go). The package is pure: the loader that reads information_schema
@@ -120,6 +121,9 @@ type Snapshot struct {
 	// the catalog cannot be read, a call of a name that is neither a
 	// built-in function, a UDF nor a stored function seen here is refused.
 	UDFs []string
+	// Engines: the base tables whose engine is not one that keeps their
+	// own rows here (MERGE, FEDERATED, CONNECT, SPIDER, unknown ones).
+	Engines []TableEngine
 }
 
 // key is a lookup key for a schema-qualified name: case-insensitive, as

@@ -74,8 +74,10 @@ func CheckVisibility(ctx context.Context, db *sql.DB) ([]string, error) {
 }
 
 // Load reads every application schema's views, triggers, routines, foreign
-// keys, events and table names, and the loadable functions. It fails with
-// a *BlindError when the account lacks a privilege it needs to see them.
+// keys, events, table names, the loadable functions, and the engines of
+// tables that write elsewhere (with MERGE tables' UNION lists, one SHOW
+// CREATE TABLE each). It fails with a *BlindError when the account lacks a
+// privilege it needs to see them.
 func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	missing, err := CheckVisibility(ctx, db)
 	if err != nil {
@@ -85,15 +87,44 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 		return nil, &BlindError{Missing: missing}
 	}
 	s := &catalog.Snapshot{}
-	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
+	var merges []int
+	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, COALESCE(ENGINE, '') FROM information_schema.TABLES
 		WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var n catalog.Name
-		err := r.Scan(&n.Schema, &n.Name)
+		var typ, engine string
+		err := r.Scan(&n.Schema, &n.Name, &typ, &engine)
 		s.Tables = append(s.Tables, n)
+		if strings.Contains(strings.ToUpper(typ), "VIEW") {
+			return err
+		}
+		if engine == "" {
+			// A base table whose engine is not loaded has no ENGINE: what
+			// it writes once the engine is loaded again is unknown. Other
+			// kinds without one (TiDB's sequences) hold no rows to write.
+			if !strings.EqualFold(typ, "BASE TABLE") {
+				return err
+			}
+			engine = "unknown"
+		}
+		switch catalog.ClassOf(engine) {
+		case catalog.EngineLocal:
+		case catalog.EngineMerge:
+			merges = append(merges, len(s.Engines))
+			fallthrough
+		default:
+			s.Engines = append(s.Engines, catalog.TableEngine{Schema: n.Schema, Name: n.Name, Engine: engine})
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading information_schema.TABLES: %w", err)
+	}
+	for _, i := range merges {
+		te := &s.Engines[i]
+		te.Union, te.UnionUnknown = mergeUnion(ctx, db, te.Schema, te.Name)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
 	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, COALESCE(VIEW_DEFINITION, '') FROM information_schema.VIEWS
 		WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
@@ -175,6 +206,26 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	return s, nil
 }
 
+// mergeUnion reads a MERGE table's UNION list from SHOW CREATE TABLE
+// (information_schema has none). unknown: it could not be read (the
+// table is broken, or dropped since); its writes are then refused.
+func mergeUnion(ctx context.Context, db *sql.DB, schema, name string) (union []catalog.Name, unknown bool) {
+	create, err := showCreate(ctx, db, schema, name)
+	if err != nil {
+		return nil, true
+	}
+	union, ok := catalog.MergeUnion(create, schema)
+	return union, !ok
+}
+
+func showCreate(ctx context.Context, db *sql.DB, schema, name string) (string, error) {
+	var n, create string
+	err := db.QueryRowContext(ctx, "SHOW CREATE TABLE "+quoteIdent(schema)+"."+quoteIdent(name)).Scan(&n, &create)
+	return create, err
+}
+
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
 func each(ctx context.Context, db *sql.DB, q string, f func(*sql.Rows) error) error {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
@@ -197,8 +248,11 @@ func each(ctx context.Context, db *sql.DB, q string, f func(*sql.Rows) error) er
 // UPDATE_TIME says nothing about DDL. The order of rows inside each
 // aggregate does not matter: the sum of CRC32s is order-free.
 const digestQuery = `
-SELECT 'tables', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE))), 0)
+SELECT 'tables', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, COALESCE(ENGINE, '')))), 0)
   FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + `
+UNION ALL
+SELECT 'merge', COUNT(*), 0
+  FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + ` AND ENGINE IN ('MRG_MyISAM', 'MRG_MYISAM')
 UNION ALL
 SELECT 'views', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE_NAME, MD5(VIEW_DEFINITION)))), 0)
   FROM information_schema.VIEWS WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + `
@@ -226,20 +280,47 @@ SELECT 'privileges', COUNT(*), COALESCE(SUM(CRC32(PRIVILEGE_TYPE)), 0)
 
 // Digest returns a fingerprint of everything Load reads: equal digests,
 // equal snapshots (up to CRC32 collisions of a changed row, which the
-// periodic full reload in Watcher bounds).
+// periodic full reload in Watcher bounds). A MERGE table's UNION list is
+// in no information_schema table: when there are MERGE tables, each one's
+// SHOW CREATE TABLE goes into the digest too (one round trip each, none
+// when there are none).
 func Digest(ctx context.Context, db *sql.DB) (string, error) {
 	h := sha256.New()
+	merges := uint64(0)
 	err := each(ctx, db, digestQuery, func(r *sql.Rows) error {
 		var kind string
 		var n, sum uint64
 		if err := r.Scan(&kind, &n, &sum); err != nil {
 			return err
 		}
+		if kind == "merge" {
+			merges = n
+		}
 		fmt.Fprintf(h, "%s %d %d\n", kind, n, sum)
 		return nil
 	})
 	if err != nil {
 		return "", err
+	}
+	if merges > 0 {
+		var names []catalog.Name
+		err := each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN `+
+			systemSchemas+` AND ENGINE IN ('MRG_MyISAM', 'MRG_MYISAM') ORDER BY TABLE_SCHEMA, TABLE_NAME`, func(r *sql.Rows) error {
+			var n catalog.Name
+			err := r.Scan(&n.Schema, &n.Name)
+			names = append(names, n)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		for _, n := range names {
+			create, err := showCreate(ctx, db, n.Schema, n.Name)
+			if err != nil {
+				create = "error: " + err.Error()
+			}
+			fmt.Fprintf(h, "merge %q %q %q\n", n.Schema, n.Name, create)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -129,6 +130,62 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// TestLoadEngines: tables whose engine writes elsewhere, with a MERGE
+// table's UNION list from SHOW CREATE TABLE.
+func TestLoadEngines(t *testing.T) {
+	srv := dbtest.Shared(t)
+	dbtest.Engine(t, srv, "FEDERATED", "ha_federatedx")
+	db := dbtest.NewDatabase(t, srv)
+	root := dbtest.Open(t, srv.RootDSN(db))
+	link, _, _ := dbtest.Link(t, srv, db)
+	for _, s := range []string{
+		"CREATE TABLE remote (id INT PRIMARY KEY)",
+		"CREATE TABLE fx (id INT PRIMARY KEY) ENGINE=FEDERATED CONNECTION='" + link + "remote'",
+		"CREATE TABLE jobs (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MyISAM",
+		"CREATE TABLE other (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MyISAM",
+		"CREATE TABLE m (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MRG_MyISAM UNION=(other, jobs) INSERT_METHOD=LAST",
+		"CREATE TABLE m_none (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MERGE",
+		"CREATE TABLE aria (id INT PRIMARY KEY) ENGINE=Aria",
+		"CREATE VIEW v AS SELECT id FROM other",
+	} {
+		if _, err := root.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	cat := account(t, srv, root, "GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO %s")
+	ctx := context.Background()
+	snap, err := Load(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var engines []string
+	for _, e := range snap.Engines {
+		if e.Schema != db {
+			continue
+		}
+		l := e.Name + " " + e.Engine
+		for _, u := range e.Union {
+			l += " " + strings.ReplaceAll(u.Schema+"."+u.Name, db+".", "db.")
+		}
+		if e.UnionUnknown {
+			l += " (unknown)"
+		}
+		engines = append(engines, l)
+	}
+	sort.Strings(engines)
+	if got, want := strings.Join(engines, "\n"), "fx FEDERATED\nm MRG_MyISAM db.other db.jobs\nm_none MRG_MyISAM"; got != want {
+		t.Errorf("engines:\n%s\nwant\n%s", got, want)
+	}
+	got := strings.Join(linesOf(t, snap, db), "\n")
+	want := strings.Join([]string{
+		"unfenceable table db.fx (ENGINE=FEDERATED): every write refused",
+		"fence db.m (merge) INSERT: db.jobs[@]; UPDATE: db.jobs[@]; DELETE: db.jobs[@]",
+	}, "\n")
+	if got != want {
+		t.Errorf("closure:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 // TestDigest: the digest changes with every kind of definition change,
 // even within the same second, and not with DML.
 func TestDigest(t *testing.T) {
@@ -162,6 +219,11 @@ func TestDigest(t *testing.T) {
 		{"foreign key rule", "ALTER TABLE jobs DROP FOREIGN KEY fk_parent, ADD CONSTRAINT fk_parent2 FOREIGN KEY (pid) REFERENCES parent (id) ON DELETE SET NULL", true},
 		{"event body", "ALTER EVENT ev_purge DO DELETE FROM orders", true},
 		{"new table", "CREATE TABLE other (id INT)", true},
+		{"a table's engine", "ALTER TABLE other ENGINE=MyISAM", true},
+		{"MERGE table", "CREATE TABLE m (id INT) ENGINE=MRG_MyISAM UNION=(other)", true},
+		{"another MyISAM table", "CREATE TABLE other2 (id INT) ENGINE=MyISAM", true},
+		{"a MERGE table's UNION list alone (information_schema does not show it)", "ALTER TABLE m UNION=(other, other2)", true},
+		{"DML under a MERGE table", "INSERT INTO other2 VALUES (1)", false},
 		{"function dropped", "DROP FUNCTION bump", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
