@@ -15,12 +15,14 @@ func testSnapshot() *catalog.Snapshot {
 			{Schema: "app", Name: "orders"}, {Schema: "app", Name: "shipments"}, {Schema: "app", Name: "customers"},
 			{Schema: "app", Name: "forge"}, {Schema: "app", Name: "notes"},
 			{Schema: "app", Name: "v_inv"}, {Schema: "app", Name: "v_runs"}, {Schema: "app", Name: "v_both"}, {Schema: "app", Name: "v_fn"},
+			{Schema: "app", Name: "fx"}, {Schema: "app", Name: "m_inv"}, {Schema: "app", Name: "v_fx"},
 		},
 		Views: []catalog.View{
 			{Schema: "app", Name: "v_inv", Definition: "select `app`.`invoices`.`id` AS `id`,`app`.`invoices`.`amount` AS `amount` from `app`.`invoices`"},
 			{Schema: "app", Name: "v_runs", Definition: "select `app`.`reconciliation_runs`.`id` AS `id` from `app`.`reconciliation_runs`"},
 			{Schema: "app", Name: "v_both", Definition: "select `i`.`id` AS `id`,`r`.`state` AS `state` from (`app`.`invoices` `i` join `app`.`reconciliation_runs` `r` on(`i`.`id` = `r`.`id`))"},
 			{Schema: "app", Name: "v_fn", Definition: "select `app`.`bump`(1) AS `x`"},
+			{Schema: "app", Name: "v_fx", Definition: "select `app`.`fx`.`id` AS `id` from `app`.`fx`"},
 		},
 		Triggers: []catalog.Trigger{
 			{Schema: "app", Name: "orders_ai", Table: "orders", Event: catalog.OpInsert, Body: "INSERT INTO invoices (id) VALUES (NEW.id)"},
@@ -37,6 +39,13 @@ func testSnapshot() *catalog.Snapshot {
 			{Schema: "app", Name: "touch", Body: "BEGIN UPDATE invoices SET amount = amount + 1 WHERE id = x; END"},
 			{Schema: "app", Name: "bump", Function: true, Body: "BEGIN UPDATE invoices SET amount = 0; RETURN 1; END"},
 			{Schema: "app", Name: "harmless", Body: "BEGIN SELECT * FROM invoices; END"},
+			{Schema: "app", Name: "fwd_p", Body: "BEGIN DELETE FROM fx; END"},
+		},
+		// Tables whose engine writes elsewhere: a FEDERATED table, a MERGE
+		// table over a protected table, and a view over the FEDERATED one.
+		Engines: []catalog.TableEngine{
+			{Schema: "app", Name: "fx", Engine: "FEDERATED"},
+			{Schema: "app", Name: "m_inv", Engine: "MRG_MyISAM", Union: []catalog.Name{{Schema: "app", Name: "invoices"}}},
 		},
 	}
 }

@@ -27,6 +27,9 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 		if p := in.protectedName(n.Table); p != nil {
 			return refuseP(p, "TRUNCATE cannot be fenced; use DELETE FROM "+p.Table+" (fenced) instead")
 		}
+		if r, ok := in.truncateRefusal(n.Table); ok {
+			return r
+		}
 		return other
 	case *ast.DropTableStmt:
 		for _, tn := range n.Tables {
@@ -48,6 +51,9 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 		}
 		for _, spec := range n.Specs {
 			if r, ok := in.unionRefusal(spec.Options); ok {
+				return r
+			}
+			if r, ok := in.engineOptions(spec.Options, spec.Partition, spec.PartDefinitions); ok {
 				return r
 			}
 		}
@@ -77,6 +83,12 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 			return refuseP(p, what)
 		}
 		if r, ok := in.unionRefusal(n.Options); ok {
+			return r
+		}
+		if r, ok := in.engineOptions(n.Options, n.Partition, nil); ok {
+			return r
+		}
+		if r, ok := in.likeRefusal(n.ReferTable); ok {
 			return r
 		}
 		return other

@@ -94,6 +94,11 @@ func (in *stmtIn) decideStmt() stmtRes {
 	if r, ok := in.catalogRefusal(); ok {
 		return r
 	}
+	if e.hasTables() {
+		if r, ok := in.forwardTokens(); ok {
+			return r
+		}
+	}
 	switch {
 	case in.kw(0, "prepare"):
 		return in.prepareStmt()
