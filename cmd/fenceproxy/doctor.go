@@ -41,9 +41,9 @@ func newDoctorCommand(stdout, _ io.Writer) *cobra.Command {
 		Use:   "doctor --config FILE [--dsn DSN] [--json]",
 		Short: "Inspect a deployment: what the catalog fences, what cannot be fenced, what allows a bypass",
 		Long: "doctor connects to the backend (with --dsn, $" + envDSN + ", or backend.user of the config) and\n" +
-			"reports what the schema catalog fences through what (views, trigger tables, cascading parents),\n" +
-			"which routines are refused, what cannot be fenced (events, dynamic SQL, bodies the account cannot\n" +
-			"see), accounts whose privileges allow a bypass (TRIGGER, CREATE VIEW, ALTER, CREATE ROUTINE,\n" +
+			"reports what the schema catalog fences through what (views, trigger tables, cascading parents,\n" +
+			"MERGE tables), which routines are refused, what cannot be fenced (events, dynamic SQL, bodies the\n" +
+			"account cannot see, tables whose engine writes elsewhere: FEDERATED, CONNECT, SPIDER), accounts whose privileges allow a bypass (TRIGGER, CREATE VIEW, ALTER, CREATE ROUTINE,\n" +
 			"EVENT, SUPER, DML on the lease table), the lease tables' column types and collations, the binlog\n" +
 			"format, sysdate_is_now and time zones with daylight saving time.\n\n" +
 			"Exit codes: 0 nothing found, 1 findings (or a bad config), 2 usage, 3 database error.",
@@ -167,7 +167,8 @@ func doctor(ctx context.Context, db *sql.DB, pol *policy.Policy) (*doctorReport,
 	// Server settings the fence relies on.
 	vars := map[string]string{}
 	rows, err := db.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN "+
-		"('binlog_format', 'log_bin', 'sysdate_is_now', 'time_zone', 'system_time_zone')")
+		"('binlog_format', 'log_bin', 'sysdate_is_now', 'time_zone', 'system_time_zone', "+
+		"'default_storage_engine', 'default_tmp_storage_engine', 'enforce_storage_engine')")
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +185,12 @@ func doctor(ctx context.Context, db *sql.DB, pol *policy.Policy) (*doctorReport,
 		vars["time_zone"], vars["system_time_zone"])
 	if strings.EqualFold(vars["log_bin"], "ON") && strings.EqualFold(vars["binlog_format"], "STATEMENT") {
 		find("server: binlog_format=STATEMENT: replicas evaluate the fence's SYSDATE() with their own clock; use ROW or MIXED")
+	}
+	for _, v := range []string{"default_storage_engine", "default_tmp_storage_engine", "enforce_storage_engine"} {
+		if e := vars[v]; e != "" && catalog.ClassOf(e) != catalog.EngineLocal {
+			find("server: %s=%s: tables created without ENGINE= may write their rows elsewhere (FEDERATED, CONNECT, SPIDER), "+
+				"which fenceproxy cannot fence; set a local engine (InnoDB)", v, e)
+		}
 	}
 	if strings.EqualFold(vars["sysdate_is_now"], "ON") || vars["sysdate_is_now"] == "1" {
 		find("server: sysdate_is_now=ON makes SYSDATE() the statement's NOW(), which SET TIMESTAMP moves: a session can make an expired lease look held")

@@ -14,7 +14,13 @@ func TestDoctor(t *testing.T) {
 	srv := dbtest.Shared(t)
 	db := dbtest.NewDatabase(t, srv)
 	root := dbtest.Open(t, srv.RootDSN(db))
+	dbtest.Engine(t, srv, "FEDERATED", "ha_federatedx")
+	link, _, _ := dbtest.Link(t, srv, db)
 	for _, q := range []string{
+		"CREATE TABLE hist (id INT PRIMARY KEY) ENGINE=MyISAM",
+		"CREATE TABLE m_hist (id INT PRIMARY KEY) ENGINE=MRG_MyISAM UNION=(hist)",
+		"CREATE TABLE remote (id INT PRIMARY KEY)",
+		"CREATE TABLE fx (id INT PRIMARY KEY) ENGINE=FEDERATED CONNECTION='" + link + "remote'",
 		"CREATE TABLE fenced_job_leases (lease_name VARCHAR(191) PRIMARY KEY, owner_token VARCHAR(64) NOT NULL, fence_token BIGINT UNSIGNED NOT NULL, leased_until DATETIME(3) NOT NULL)",
 		"CREATE TABLE jobs (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0)",
 		"CREATE VIEW v_jobs AS SELECT id, n FROM jobs",
@@ -25,7 +31,7 @@ func TestDoctor(t *testing.T) {
 		}
 	}
 	cfg := filepath.Join(t.TempDir(), "fenceproxy.yaml")
-	if err := os.WriteFile(cfg, []byte("backend:\n  address: "+srv.Addr+"\ntables:\n  - name: "+db+".jobs\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("backend:\n  address: "+srv.Addr+"\ntables:\n  - name: "+db+".jobs\n  - name: "+db+".hist\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -46,6 +52,12 @@ func TestDoctor(t *testing.T) {
 		}
 		if !has(rep.Closure, "fence "+db+".v_jobs (view)") {
 			t.Errorf("closure lacks the view: %q", rep.Closure)
+		}
+		if !has(rep.Closure, "fence "+db+".m_hist (merge)") {
+			t.Errorf("closure lacks the MERGE table: %q", rep.Closure)
+		}
+		if !has(rep.Findings, "unfenceable table "+db+".fx (ENGINE=FEDERATED): every write refused") {
+			t.Errorf("findings lack the FEDERATED table: %q", rep.Findings)
 		}
 		if !has(rep.Findings, "unfenceable event "+db+".ev_reset writes "+db+".jobs") {
 			t.Errorf("findings lack the event: %q", rep.Findings)
