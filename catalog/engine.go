@@ -1,6 +1,9 @@
 package catalog
 
-import "strings"
+import (
+	"sort"
+	"strings"
+)
 
 // Tables whose engine keeps no rows of its own: a write to them is a write
 // somewhere else that the statement does not name.
@@ -127,4 +130,19 @@ func MergeUnion(create, schema string) (names []Name, ok bool) {
 	}
 	// A MERGE table with no UNION list (or an empty one) writes nothing.
 	return nil, true
+}
+
+// RowsHere lists the engines (lower case) whose tables keep their rows in
+// this server, MERGE ones included: any other engine is EngineForward or
+// EngineUnknown. For queries that must not open the others.
+func RowsHere() []string {
+	var out []string
+	for e := range localEngines {
+		out = append(out, e)
+	}
+	for e := range mergeEngines {
+		out = append(out, e)
+	}
+	sort.Strings(out)
+	return out
 }

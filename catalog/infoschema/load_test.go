@@ -131,16 +131,31 @@ func TestLoad(t *testing.T) {
 }
 
 // TestLoadEngines: tables whose engine writes elsewhere, with a MERGE
-// table's UNION list from SHOW CREATE TABLE.
+// table's UNION list from SHOW CREATE TABLE. The SPIDER table links to its
+// own server, which SPIDER refuses by default (spider_same_server_link):
+// information_schema.REFERENTIAL_CONSTRAINTS then fails (measured: error
+// 12720; it opens every table, and opening SPIDER and FEDERATED tables
+// connects), so the foreign keys are read around it, and the digest too.
 func TestLoadEngines(t *testing.T) {
 	srv := dbtest.Shared(t)
 	dbtest.Engine(t, srv, "FEDERATED", "ha_federatedx")
+	dbtest.Engine(t, srv, "SPIDER", "ha_spider")
 	db := dbtest.NewDatabase(t, srv)
 	root := dbtest.Open(t, srv.RootDSN(db))
-	link, _, _ := dbtest.Link(t, srv, db)
+	link, user, password := dbtest.Link(t, srv, db)
+	host, port, _ := strings.Cut(srv.Addr, ":")
+	srvName := "fps_" + db[len(db)-8:]
+	if _, err := root.Exec("CREATE SERVER " + srvName + " FOREIGN DATA WRAPPER mysql OPTIONS (HOST '" + host + "', PORT " + port +
+		", USER '" + user + "', PASSWORD '" + password + "', DATABASE '" + db + "')"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Exec("DROP SERVER IF EXISTS " + srvName) })
 	for _, s := range []string{
 		"CREATE TABLE remote (id INT PRIMARY KEY)",
 		"CREATE TABLE fx (id INT PRIMARY KEY) ENGINE=FEDERATED CONNECTION='" + link + "remote'",
+		"CREATE TABLE sp (id INT PRIMARY KEY) ENGINE=SPIDER COMMENT='wrapper \"mysql\", srv \"" + srvName + "\", table \"remote\"'",
+		"CREATE TABLE par (id INT PRIMARY KEY)",
+		"CREATE TABLE kid (id INT PRIMARY KEY, pid INT, CONSTRAINT fk_kid FOREIGN KEY (pid) REFERENCES par (id) ON DELETE CASCADE)",
 		"CREATE TABLE jobs (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MyISAM",
 		"CREATE TABLE other (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MyISAM",
 		"CREATE TABLE m (id INT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MRG_MyISAM UNION=(other, jobs) INSERT_METHOD=LAST",
@@ -154,9 +169,35 @@ func TestLoadEngines(t *testing.T) {
 	}
 	cat := account(t, srv, root, "GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO %s")
 	ctx := context.Background()
+	// Whether the plain read fails depends on the table cache (measured:
+	// in about half of the runs here it did, error 12720); Load must
+	// succeed either way, and it reads around sp.
+	var n int
+	if err := cat.QueryRow("SELECT COUNT(*) FROM information_schema.REFERENTIAL_CONSTRAINTS").Scan(&n); err != nil {
+		t.Logf("the plain read fails: %v", err)
+	}
 	snap, err := Load(ctx, cat)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var fks []string
+	for _, fk := range snap.ForeignKeys {
+		if fk.Schema == db {
+			fks = append(fks, fk.Name+" "+fk.Table+"->"+fk.RefTable+" "+fk.OnDelete)
+		}
+	}
+	if got := strings.Join(fks, ","); got != "fk_kid kid->par CASCADE" {
+		t.Errorf("foreign keys %q, want fk_kid", got)
+	}
+	d1, err := Digest(ctx, cat)
+	if err != nil {
+		t.Fatalf("Digest: %v", err)
+	}
+	if _, err := root.Exec("ALTER TABLE kid DROP FOREIGN KEY fk_kid, ADD CONSTRAINT fk_kid2 FOREIGN KEY (pid) REFERENCES par (id) ON DELETE SET NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if d2, err := Digest(ctx, cat); err != nil || d2 == d1 {
+		t.Errorf("Digest after a foreign key changed: %v, changed %v", err, d2 != d1)
 	}
 	var engines []string
 	for _, e := range snap.Engines {
@@ -173,13 +214,14 @@ func TestLoadEngines(t *testing.T) {
 		engines = append(engines, l)
 	}
 	sort.Strings(engines)
-	if got, want := strings.Join(engines, "\n"), "fx FEDERATED\nm MRG_MyISAM db.other db.jobs\nm_none MRG_MyISAM"; got != want {
+	if got, want := strings.Join(engines, "\n"), "fx FEDERATED\nm MRG_MyISAM db.other db.jobs\nm_none MRG_MyISAM\nsp SPIDER"; got != want {
 		t.Errorf("engines:\n%s\nwant\n%s", got, want)
 	}
 	got := strings.Join(linesOf(t, snap, db), "\n")
 	want := strings.Join([]string{
 		"unfenceable table db.fx (ENGINE=FEDERATED): every write refused",
 		"fence db.m (merge) INSERT: db.jobs[@]; UPDATE: db.jobs[@]; DELETE: db.jobs[@]",
+		"unfenceable table db.sp (ENGINE=SPIDER): every write refused",
 	}, "\n")
 	if got != want {
 		t.Errorf("closure:\n%s\nwant:\n%s", got, want)
