@@ -10,13 +10,15 @@
 #
 # Env: BACKEND (127.0.0.1:3306), SHARED, BENCH_WORK (/tmp/fenceproxy-bench),
 # FP_LISTEN (127.0.0.1:6033), RELAY_LISTEN (127.0.0.1:13306), BEFORE_BIN (a
-# fenceproxy binary of another revision, measured alongside on 127.0.0.1:6035).
+# fenceproxy binary of another revision, measured alongside on BEFORE_LISTEN,
+# 127.0.0.1:6035).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared}
 export BENCH_WORK=${BENCH_WORK:-/tmp/fenceproxy-bench}
 BACKEND=${BACKEND:-127.0.0.1:3306}
 FP_LISTEN=${FP_LISTEN:-127.0.0.1:6033}
+BEFORE_LISTEN=${BEFORE_LISTEN:-127.0.0.1:6035}
 export RELAY_LISTEN=${RELAY_LISTEN:-127.0.0.1:13306} RELAY_BACKEND=$BACKEND
 ROUNDS=3 EVENTS=3000 STRACE_EVENTS=1000
 while (($#)); do
@@ -33,7 +35,7 @@ conf() {  # conf LISTEN FILE
   printf 'listen: %s\nadmin: ""\nlog_level: warn\nbackend:\n  address: %s\n' "$1" "$BACKEND" >"$2"
 }
 conf "$FP_LISTEN" "$BENCH_WORK/cost.yaml"
-conf 127.0.0.1:6035 "$BENCH_WORK/cost-before.yaml"
+conf "$BEFORE_LISTEN" "$BENCH_WORK/cost-before.yaml"
 port=${BACKEND##*:}
 server_pid=$(ss -ltnpH "sport = :$port" | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2)
 hz=$(getconf CLK_TCK)
@@ -55,11 +57,11 @@ trap cleanup EXIT
 pids+=($!); targets=("fenceproxy=$FP_LISTEN=$!")
 if [[ -n ${BEFORE_BIN:-} ]]; then
   "$BEFORE_BIN" serve --config "$BENCH_WORK/cost-before.yaml" 2>"$BENCH_WORK/cost-before.log" &
-  pids+=($!); targets+=("fenceproxy-before=127.0.0.1:6035=$!")
+  pids+=($!); targets+=("fenceproxy-before=$BEFORE_LISTEN=$!")
 fi
 bash "$SHARED/bench/haproxy-relay.sh" start >/dev/null
 targets=("haproxy=$RELAY_LISTEN=$(head -n1 "$BENCH_WORK/haproxy.pid")" "${targets[@]}")
-wait_port "$FP_LISTEN"; [[ -n ${BEFORE_BIN:-} ]] && wait_port 127.0.0.1:6035
+wait_port "$FP_LISTEN"; [[ -n ${BEFORE_BIN:-} ]] && wait_port "$BEFORE_LISTEN"
 
 echo "== CPU per connection: $ROUNDS rounds x $EVENTS connections per target, 4 threads (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -89,5 +91,5 @@ count() {  # count NAME ADDR CMD...
     "$BENCH_WORK/strace.$name.txt" | sort -k1,1nr | paste -sd' ')"
 }
 count fenceproxy "$FP_LISTEN" "$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/cost.yaml"
-[[ -n ${BEFORE_BIN:-} ]] && count fenceproxy-before 127.0.0.1:6035 "$BEFORE_BIN" serve --config "$BENCH_WORK/cost-before.yaml"
+[[ -n ${BEFORE_BIN:-} ]] && count fenceproxy-before "$BEFORE_LISTEN" "$BEFORE_BIN" serve --config "$BENCH_WORK/cost-before.yaml"
 count haproxy "$RELAY_LISTEN" haproxy -f "$SHARED/bench/haproxy/haproxy.cfg"
