@@ -51,20 +51,20 @@ func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) {
 	c := fg.c
 	rec.Time = time.Now().UTC()
 	rec.Mode = rt.policy.Mode
-	rec.Client = c.remote
+	rec.Client = c.remote()
 	rec.User = c.user
 	rec.Schema = c.sess.Schema
 	c.auditOrigin(&rec)
 	if err := c.p.audit.Write(rec); err != nil {
 		c.p.metrics.AuditErrors.Inc()
-		c.log.Error("audit write failed", "err", err)
+		c.log().Error("audit write failed", "err", err)
 	}
 	if rec.Reason == audit.Refused {
-		c.log.Warn("statement refused", "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+		c.log().Warn("statement refused", "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
 		return
 	}
 	c.p.metrics.StaleRejected.WithLabelValues(rec.Table, c.p.leaseLabels.label(rec.Lease), rec.Reason, rec.Mode).Inc()
-	c.log.Warn("fenced write rejected", "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+	c.log().Warn("fenced write rejected", "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
 }
 
 // leaseLabels bounds the cardinality of a proxy's stale-write metric:

@@ -120,8 +120,8 @@ func (c *clientConn) auditOrigin(rec *audit.Record) {
 	rec.Instance = c.p.instance
 	rec.ConnID = c.id
 	rec.BackendConnID = c.connID
-	rec.ClientHost = c.remote
-	if h, _, err := net.SplitHostPort(c.remote); err == nil {
+	rec.ClientHost = c.remote()
+	if h, _, err := net.SplitHostPort(c.remote()); err == nil {
 		rec.ClientHost = h
 	}
 	rec.Program = c.program

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -20,9 +21,8 @@ import (
 type clientConn struct {
 	p      *Proxy
 	id     uint64
-	log    *slog.Logger
+	lg     *slog.Logger // see log
 	client *packetConn
-	remote string
 	raw    net.Conn // the client's TCP connection, for kill
 
 	connectedAt time.Time
@@ -97,10 +97,45 @@ type clientConn struct {
 }
 
 func newClientConn(p *Proxy, nc net.Conn, id uint64) *clientConn {
-	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), remote: nc.RemoteAddr().String(), raw: nc, connectedAt: time.Now()}
-	c.log = p.logger.With("conn", id, "client", c.remote)
+	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), raw: nc, connectedAt: time.Now()}
 	c.fence.c = c
 	return c
+}
+
+// log is the connection's logger: the proxy's, with the connection's id and
+// client address. It is made on first use, on the connection's goroutine:
+// slog's With formats its attributes at once (allocations and formatting on
+// every connection), and at the usual levels most connections log nothing.
+func (c *clientConn) log() *slog.Logger {
+	if c.lg == nil {
+		c.lg = c.newLog()
+	}
+	return c.lg
+}
+
+// newLog is a logger for the connection, for any goroutine.
+func (c *clientConn) newLog() *slog.Logger {
+	return c.p.logger.With("conn", c.id, "client", c.remote())
+}
+
+// debugOn tells whether the proxy logs at debug level; asked before a
+// debug line, it spares the connection's logger and the line's arguments
+// (each an allocation once boxed) when it does not.
+func (c *clientConn) debugOn() bool {
+	return c.p.logger.Enabled(context.Background(), slog.LevelDebug)
+}
+
+// remote is the client's address, as logs, /connections and audit records
+// show it; formatted when asked for (any goroutine: the address is fixed
+// at accept).
+func (c *clientConn) remote() string {
+	if c.raw == nil {
+		return ""
+	}
+	if a := c.raw.RemoteAddr(); a != nil {
+		return a.String()
+	}
+	return ""
 }
 
 func (c *clientConn) serve(rt *runtime) {
@@ -109,7 +144,9 @@ func (c *clientConn) serve(rt *runtime) {
 		c.logEnd(err, "handshake")
 		return
 	}
-	c.log.Debug("connection established", "user", c.user, "backend_conn_id", c.connID)
+	if c.debugOn() {
+		c.log().Debug("connection established", "user", c.user, "backend_conn_id", c.connID)
+	}
 	c.publish()
 	for {
 		rt := c.p.rt.Load()
@@ -332,15 +369,19 @@ func (c *clientConn) abortCommand(err error) {
 func (c *clientConn) logEnd(err error, phase string) {
 	switch {
 	case errors.Is(err, errQuit), errors.Is(err, io.EOF) && phase == "idle":
-		c.log.Debug("connection closed by client")
+		if c.debugOn() {
+			c.log().Debug("connection closed by client")
+		}
 	case errors.Is(err, errDraining):
-		c.log.Debug("connection closed for shutdown")
+		if c.debugOn() {
+			c.log().Debug("connection closed for shutdown")
+		}
 	case errors.Is(err, errIdle):
-		c.log.Info("connection closed after idle timeout")
+		c.log().Info("connection closed after idle timeout")
 	case errors.Is(err, errMalformed):
-		c.log.Warn("connection closed: protocol violation", "phase", phase, "err", err)
+		c.log().Warn("connection closed: protocol violation", "phase", phase, "err", err)
 	default:
-		c.log.Info("connection closed", "phase", phase, "err", err)
+		c.log().Info("connection closed", "phase", phase, "err", err)
 	}
 }
 

@@ -80,7 +80,7 @@ func (c *clientConn) publish() {
 func (c *clientConn) info(now time.Time) ConnInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ci := ConnInfo{ID: c.id, Client: c.remote, ConnectedAt: c.connectedAt, State: "handshake",
+	ci := ConnInfo{ID: c.id, Client: c.remote(), ConnectedAt: c.connectedAt, State: "handshake",
 		Seconds: now.Sub(c.connectedAt).Seconds()}
 	if !c.pub.ready {
 		return ci
@@ -141,7 +141,7 @@ func (p *Proxy) CloseConnection(id uint64) bool {
 	if target == nil {
 		return false
 	}
-	target.log.Info("connection closed by the admin endpoint (DELETE /connections)")
+	target.newLog().Info("connection closed by the admin endpoint (DELETE /connections)")
 	target.kill()
 	return true
 }

@@ -85,7 +85,7 @@ func isOn(v value) bool {
 }
 
 func (c *clientConn) probeFailed(err error) error {
-	c.log.Warn("could not learn whether the backend is a Galera node; fencing as on Galera", "err", err)
+	c.log().Warn("could not learn whether the backend is a Galera node; fencing as on Galera", "err", err)
 	c.srv.Galera = true
 	return nil
 }

@@ -70,7 +70,7 @@ func runLearnEngine(t *testing.T, p *Proxy, flavor rewrite.Flavor, answers map[s
 			}
 		}
 	}()
-	c := &clientConn{p: p, log: slog.New(slog.NewTextHandler(io.Discard, nil)), deprecateEOF: true,
+	c := &clientConn{p: p, lg: slog.New(slog.NewTextHandler(io.Discard, nil)), deprecateEOF: true,
 		backend: newPacketConn(backendSide, proxySide), srv: rewrite.Server{Flavor: flavor}}
 	rt := &runtime{cfg: &policy.Config{Backend: policy.Backend{Engine: policy.EngineAuto}}}
 	if err := c.learnEngine(rt); err != nil {

@@ -165,7 +165,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 	commit := func() {
 		if commitOwn && c.inTransaction() {
 			if _, err := c.backendExec("COMMIT"); err != nil {
-				c.log.Warn("committing a lease change failed", "err", err)
+				c.log().Warn("committing a lease change failed", "err", err)
 			}
 		}
 	}
@@ -264,7 +264,7 @@ func boolDigit(b bool) string {
 
 func (c *clientConn) leaseError(name string, err error) error {
 	c.p.metrics.leaseCalls(name, "error").Inc()
-	c.log.Warn("lease function failed", "func", name, "err", err)
+	c.log().Warn("lease function failed", "func", name, "err", err)
 	return c.sendError(erWrongArguments, "HY000", "fenceproxy: "+name+" failed: "+err.Error())
 }
 

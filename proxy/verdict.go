@@ -64,7 +64,7 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 				// The lease table is unreadable: the write cannot have
 				// passed its fence either.
 				v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease, reason: audit.LeaseMissing}
-				c.log.Warn("lease check failed", "table", v.table, "err", err)
+				c.log().Warn("lease check failed", "table", v.table, "err", err)
 				return v, nil
 			}
 			return verdict{}, err
