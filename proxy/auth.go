@@ -143,11 +143,17 @@ func (c *clientConn) handshake(rt *runtime) error {
 		c.p.metrics.AuthFailures.Inc()
 		return errors.New("authentication failed")
 	}
-	if err := c.learnEngine(rt); err != nil {
+	if err := c.sendEngineProbe(rt); err != nil {
 		return err
 	}
 	c.client.conn.SetDeadline(time.Time{})
-	c.backend.conn.SetDeadline(time.Time{})
+	if c.probe == probeNone {
+		c.backend.conn.SetDeadline(time.Time{})
+	} else {
+		// finishEngineProbe reads the answer under the handshake's deadline.
+		c.backend.conn.SetWriteDeadline(time.Time{})
+		c.probeDeadline = deadline
+	}
 	return nil
 }
 

@@ -34,6 +34,11 @@ type preparedStmt struct {
 // command handles one client command, from its first packet to the end of
 // its response, and returns the command byte (for metrics).
 func (c *clientConn) command(rt *runtime) (byte, error) {
+	// Before anything of the command reaches the backend, or is decided
+	// (the engine picks the fence shape).
+	if err := c.finishEngineProbe(); err != nil {
+		return 0, err
+	}
 	n, seq, err := c.client.peekHeader()
 	if err != nil {
 		return 0, err

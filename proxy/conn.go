@@ -42,6 +42,12 @@ type clientConn struct {
 	backendTLS   bool
 	scramble     []byte // the backend's current auth challenge
 	srv          rewrite.Server
+	// probe: the engine probe whose answer is still unread (engine.go),
+	// read before the first command under probeDeadline, or probeTimeout
+	// from then on if that passed.
+	probe         uint8
+	probeDeadline time.Time
+	probeTimeout  time.Duration
 	// ownAffected: the affected rows of the last OK readOwn read (a
 	// Galera guard's verdict).
 	ownAffected uint64
@@ -276,6 +282,11 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		}
 		if early {
 			settled = true
+			// The probe's answer must not be taken for the server ending
+			// the idle session.
+			if err := c.finishEngineProbe(); err != nil {
+				return err
+			}
 			c.settle()
 			if !c.inTransaction() {
 				watch = c.startWatch()

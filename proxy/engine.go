@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strings"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -27,7 +28,36 @@ import (
 // and keeps asking that way on later connections. If the probe fails
 // otherwise, the connection is treated as Galera: that shape is safe on
 // every InnoDB engine, the others are not safe on Galera.
+//
+// The probe is pipelined: sendEngineProbe sends it as soon as the backend
+// accepted the login (the client has its OK already), and finishEngineProbe
+// reads its answer when the client's first command arrives, or before the
+// proxy starts watching the idle backend: the server runs the same
+// statements in the same order as when the proxy waited for the answer,
+// and the proxy does not wait on the backend between the login and the
+// first command.
 func (c *clientConn) learnEngine(rt *runtime) error {
+	if err := c.sendEngineProbe(rt); err != nil {
+		return err
+	}
+	return c.finishEngineProbe()
+}
+
+// Engine probes a connection can have in flight (clientConn.probe).
+const (
+	probeNone     = iota
+	probeWsrepVar // SELECT @@wsrep_on
+	probeShowVars // SHOW VARIABLES LIKE 'wsrep_on'
+)
+
+const (
+	probeWsrepSQL = "SELECT @@wsrep_on"
+	probeShowSQL  = "SHOW VARIABLES LIKE 'wsrep_on'"
+)
+
+// sendEngineProbe settles the engine from the configuration or the
+// handshake, or sends the probe whose answer finishEngineProbe reads.
+func (c *clientConn) sendEngineProbe(rt *runtime) error {
 	switch rt.cfg.Backend.Engine {
 	case policy.EngineGalera:
 		c.srv.Galera = true
@@ -45,8 +75,35 @@ func (c *clientConn) learnEngine(rt *runtime) error {
 	if c.srv.Flavor == rewrite.TiDB {
 		return nil
 	}
-	if !c.p.noWsrepVar.Load() {
-		rows, err := c.backendQuery("SELECT @@wsrep_on")
+	c.probe, c.probeTimeout = probeWsrepVar, rt.cfg.Timeouts.Handshake.D()
+	sql := probeWsrepSQL
+	if c.p.noWsrepVar.Load() {
+		c.probe, sql = probeShowVars, probeShowSQL
+	}
+	if err := c.queueOwn(sql); err != nil {
+		return err
+	}
+	return c.backend.flush()
+}
+
+// finishEngineProbe reads the answer to the probe in flight, if any, and
+// clears the backend's read deadline. It reads under the handshake's
+// deadline (probeDeadline, the backend's read deadline since the
+// handshake), or, when the client sent nothing until that passed, under
+// timeouts.handshake from now: a deadline in the past fails the read at
+// once, even of an answer that has been waiting.
+func (c *clientConn) finishEngineProbe() error {
+	if c.probe == probeNone {
+		return nil
+	}
+	probe := c.probe
+	c.probe = probeNone
+	if now := time.Now(); !now.Before(c.probeDeadline) && c.probeTimeout > 0 {
+		c.backend.conn.SetReadDeadline(now.Add(c.probeTimeout))
+	}
+	defer c.backend.conn.SetReadDeadline(time.Time{})
+	if probe == probeWsrepVar {
+		rows, err := c.readOwn()
 		if err == nil {
 			c.srv.Galera = len(rows) == 1 && len(rows[0]) == 1 && isOn(rows[0][0])
 			return nil
@@ -59,8 +116,14 @@ func (c *clientConn) learnEngine(rt *runtime) error {
 			return c.probeFailed(err)
 		}
 		c.p.noWsrepVar.Store(true)
+		if err := c.queueOwn(probeShowSQL); err != nil {
+			return err
+		}
+		if err := c.backend.flush(); err != nil {
+			return err
+		}
 	}
-	rows, err := c.backendQuery("SHOW VARIABLES LIKE 'wsrep_on'")
+	rows, err := c.readOwn()
 	if err != nil {
 		if _, ok := err.(*backendError); !ok {
 			return err

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -43,8 +44,22 @@ func withRow(head []byte, seq byte, vals ...string) []byte {
 // and returns the queries in the order the backend got them.
 func runLearnEngine(t *testing.T, p *Proxy, flavor rewrite.Flavor, answers map[string][]byte) (rewrite.Server, []string) {
 	t.Helper()
+	c, got := engineConn(t, p, flavor, answers)
+	rt := &runtime{cfg: &policy.Config{Backend: policy.Backend{Engine: policy.EngineAuto}}}
+	if err := c.learnEngine(rt); err != nil {
+		t.Fatalf("learnEngine: %v", err)
+	}
+	c.backend.conn.Close()
+	return c.srv, <-got
+}
+
+// engineConn is a connection whose backend is scripted as for
+// runLearnEngine (over net.Pipe: the backend's answer is read only when the
+// proxy reads it); got yields the queries once the connection is closed.
+func engineConn(t *testing.T, p *Proxy, flavor rewrite.Flavor, answers map[string][]byte) (*clientConn, chan []string) {
+	t.Helper()
 	proxySide, serverSide := net.Pipe()
-	defer proxySide.Close()
+	t.Cleanup(func() { proxySide.Close() })
 	got := make(chan []string, 1)
 	go func() {
 		defer serverSide.Close()
@@ -72,12 +87,52 @@ func runLearnEngine(t *testing.T, p *Proxy, flavor rewrite.Flavor, answers map[s
 	}()
 	c := &clientConn{p: p, lg: slog.New(slog.NewTextHandler(io.Discard, nil)), deprecateEOF: true,
 		backend: newPacketConn(backendSide, proxySide), srv: rewrite.Server{Flavor: flavor}}
-	rt := &runtime{cfg: &policy.Config{Backend: policy.Backend{Engine: policy.EngineAuto}}}
-	if err := c.learnEngine(rt); err != nil {
-		t.Fatalf("learnEngine: %v", err)
+	return c, got
+}
+
+// TestEngineProbeReadAfterHandshakeDeadline: the probe's answer is read
+// with the client's first command (or when the proxy starts watching the
+// idle backend), under the handshake's deadline as the backend's read
+// deadline; a client whose first command comes after that deadline passed
+// must still get it relayed, the answer read then (a read under a deadline
+// in the past fails at once, waiting answer or not).
+func TestEngineProbeReadAfterHandshakeDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer []byte
+		galera bool
+	}{
+		{"wsrep on", withRow(engineRows("@@wsrep_on"), 2, "1"), true},
+		{"wsrep off", withRow(engineRows("@@wsrep_on"), 2, "0"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, got := engineConn(t, &Proxy{}, rewrite.MariaDB, map[string][]byte{"SELECT @@wsrep_on": tc.answer})
+			rt := &runtime{cfg: &policy.Config{Backend: policy.Backend{Engine: policy.EngineAuto},
+				Timeouts: policy.Timeouts{Handshake: policy.Duration(10 * time.Second)}}}
+			if err := c.sendEngineProbe(rt); err != nil {
+				t.Fatalf("sendEngineProbe: %v", err)
+			}
+			if c.probe == probeNone {
+				t.Fatal("no probe in flight after sendEngineProbe")
+			}
+			// As handshake leaves it, with the deadline passed.
+			c.probeDeadline = time.Now().Add(-time.Millisecond)
+			c.backend.conn.SetReadDeadline(c.probeDeadline)
+			if err := c.finishEngineProbe(); err != nil {
+				t.Fatalf("finishEngineProbe after the handshake deadline: %v", err)
+			}
+			if c.srv.Galera != tc.galera {
+				t.Errorf("Galera = %v, want %v", c.srv.Galera, tc.galera)
+			}
+			if c.probe != probeNone {
+				t.Error("probe still in flight after finishEngineProbe")
+			}
+			c.backend.conn.Close()
+			if q := <-got; len(q) != 1 {
+				t.Errorf("backend got %q, want the one probe", q)
+			}
+		})
 	}
-	proxySide.Close()
-	return c.srv, <-got
 }
 
 // TestLearnEngine: the probe and what it concludes, for servers with and

@@ -54,7 +54,7 @@ type Proxy struct {
 	clientTLS   *tls.Config // nil: TLS not offered to clients
 
 	// noWsrepVar: the backend answered SELECT @@wsrep_on with ERR 1193
-	// (no such variable); learnEngine asks with SHOW VARIABLES from then on.
+	// (no such variable); sendEngineProbe asks with SHOW VARIABLES from then on.
 	noWsrepVar atomic.Bool
 
 	rsaOnce sync.Once
