@@ -276,15 +276,17 @@ func (p *Proxy) startConn(nc net.Conn) {
 
 // connStack is the goroutine stack a connection needs for its handshake
 // and a simple command (measured: its stack grew from the runtime's 2 KiB
-// start to 8 KiB on every connection, connect, auth, SELECT 1, quit).
-const connStack = 8 << 10
+// start to 16 KiB on every connection, connect, auth, SELECT 1, quit; the
+// last growth in the backend dial, whose call chain is deep).
+const connStack = 16 << 10
 
 // growStack gives the calling goroutine a stack of connStack bytes at once,
 // while it holds only a frame or two. Growing a stack copies it and adjusts
 // every frame on it (the pointer maps of each looked up from the program
-// counter): grown in the middle of the handshake, twice, that was a quarter
-// of the instructions the proxy ran per connection (callgrind,
-// integration/bench/connect-instr.sh). The runtime still shrinks the stack
+// counter): grown in the middle of the handshake, three times, that was a
+// quarter of the instructions the proxy ran per connection (callgrind,
+// integration/bench/connect-instr.sh). 16 KiB is also the largest stack
+// the runtime keeps in its per-P caches. The runtime still shrinks the stack
 // of an idle connection when the garbage collector finds it mostly unused.
 //
 //go:noinline
