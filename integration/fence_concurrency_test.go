@@ -302,9 +302,30 @@ func TestRandomizedTakeovers(t *testing.T) {
 	)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	ctx, cancel := context.WithTimeout(context.Background(), runFor)
+	var rejected, committed, acquired atomic.Int64
+	// The run lasts runFor and then, on loaded cores, until it has
+	// exercised the race as much as the check below needs (at most 10
+	// times runFor): a fixed time made the counts, not the fencing, fail.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*runFor)
 	defer cancel()
-	var rejected, committed atomic.Int64
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(runFor):
+		}
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for acquired.Load() < 10 || committed.Load() < 10 || rejected.Load() < 5 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		cancel()
+	}()
+	start := time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
 	for w := 1; w <= workers; w++ {
@@ -335,6 +356,7 @@ func TestRandomizedTakeovers(t *testing.T) {
 					errc <- err
 					return
 				}
+				acquired.Add(1)
 				if err := workerRound(c, l, w, rng, ttl, &rejected, &committed); err != nil {
 					errc <- fmt.Errorf("worker %d: %w", w, err)
 					return
@@ -348,7 +370,7 @@ func TestRandomizedTakeovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	writes, takeovers := checkEventLog(t, e)
-	t.Logf("%d takeovers, %d committed fenced writes, %d writes rejected as stale", takeovers, writes, rejected.Load())
+	t.Logf("%d takeovers, %d committed fenced writes, %d writes rejected as stale in %v", takeovers, writes, rejected.Load(), time.Since(start).Round(time.Millisecond))
 	if takeovers < 10 || writes < 10 || rejected.Load() < 5 {
 		t.Fatalf("the run did not exercise the race: %d takeovers, %d writes, %d rejected", takeovers, writes, rejected.Load())
 	}
