@@ -44,27 +44,21 @@ YAML
 FP_PIDS=$!
 export RELAY_LISTEN=${RELAY_LISTEN:-127.0.0.1:13306}
 targets=(haproxy="$RELAY_LISTEN" fenceproxy="$FP_LISTEN")
-rm -f "$BENCH_WORK/fenceproxy-1p.log"
-if [[ -n ${ONE_PROC_LISTEN:-} ]]; then
-  sed "s/^listen: .*/listen: $ONE_PROC_LISTEN/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-1p.yaml"
-  GOMAXPROCS=1 "$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/fenceproxy-1p.yaml" 2>"$BENCH_WORK/fenceproxy-1p.log" &
+# extra NAME LISTEN [VAR=VALUE...] BINARY: one more proxy, with fenceproxy's
+# config on another port, measured as target fenceproxy-NAME.
+extra() {
+  local name=$1 listen=$2; shift 2
+  sed "s/^listen: .*/listen: $listen/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-$name.yaml"
+  env "$@" serve --config "$BENCH_WORK/fenceproxy-$name.yaml" 2>"$BENCH_WORK/fenceproxy-$name.log" &
   FP_PIDS="$FP_PIDS $!"
-  targets+=(fenceproxy-1p="$ONE_PROC_LISTEN")
-fi
-rm -f "$BENCH_WORK/fenceproxy-allcpus.log"
-if [[ -n ${ALL_PROCS_LISTEN:-} ]]; then
-  sed "s/^listen: .*/listen: $ALL_PROCS_LISTEN/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-allcpus.yaml"
-  GOMAXPROCS=$(nproc) "$BENCH_WORK/fenceproxy" serve --config "$BENCH_WORK/fenceproxy-allcpus.yaml" 2>"$BENCH_WORK/fenceproxy-allcpus.log" &
-  FP_PIDS="$FP_PIDS $!"
-  targets+=(fenceproxy-allcpus="$ALL_PROCS_LISTEN")
-fi
-rm -f "$BENCH_WORK/fenceproxy-before.log"
+  targets+=(fenceproxy-"$name"="$listen")
+}
+rm -f "$BENCH_WORK"/fenceproxy-{1p,allcpus,before}.log
+[[ -z ${ONE_PROC_LISTEN:-} ]] || extra 1p "$ONE_PROC_LISTEN" GOMAXPROCS=1 "$BENCH_WORK/fenceproxy"
+[[ -z ${ALL_PROCS_LISTEN:-} ]] || extra allcpus "$ALL_PROCS_LISTEN" GOMAXPROCS="$(nproc)" "$BENCH_WORK/fenceproxy"
 if [[ -n ${BEFORE_BIN:-} ]]; then
   BEFORE_LISTEN=${BEFORE_LISTEN:-127.0.0.1:6035}
-  sed "s/^listen: .*/listen: $BEFORE_LISTEN/" "$BENCH_WORK/fenceproxy.yaml" >"$BENCH_WORK/fenceproxy-before.yaml"
-  "$BEFORE_BIN" serve --config "$BENCH_WORK/fenceproxy-before.yaml" 2>"$BENCH_WORK/fenceproxy-before.log" &
-  FP_PIDS="$FP_PIDS $!"
-  targets+=(fenceproxy-before="$BEFORE_LISTEN")
+  extra before "$BEFORE_LISTEN" "$BEFORE_BIN"
 fi
 cleanup() {
   kill $FP_PIDS 2>/dev/null || true
