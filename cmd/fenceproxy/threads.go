@@ -57,10 +57,11 @@ var defaultProcs = runtime.GOMAXPROCS(0)
 
 // applyThreads sets GOMAXPROCS for a config, at start and on every reload.
 func applyThreads(cfg *policy.Config, logger *slog.Logger) {
-	c := pickThreads(cfg.Limits.Threads, os.Getenv("GOMAXPROCS"), defaultProcs, isLocalAddress(cfg.Backend.Address), pinned())
+	env := os.Getenv("GOMAXPROCS")
+	c := pickThreads(cfg.Limits.Threads, env, defaultProcs, isLocalAddress(cfg.Backend.Address), pinned())
 	if c.n > 0 {
 		runtime.GOMAXPROCS(c.n)
-	} else if os.Getenv("GOMAXPROCS") == "" {
+	} else if env == "" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
 	logger.Info("threads", "gomaxprocs", runtime.GOMAXPROCS(0), "why", c.why)
