@@ -18,7 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fenceproxy/fenceproxy/integration/dbserver"
+	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 )
@@ -51,7 +51,7 @@ func newDemoCommand(stdout, _ io.Writer) *cobra.Command {
 			defer stop()
 			d := &demo{out: stdout, ttl: ttl}
 			if err := d.run(ctx, listen, !noWait); err != nil {
-				if errors.Is(err, dbserver.ErrNotFound) {
+				if errors.Is(err, mysqld.ErrNotFound) {
 					return fail(exitRefused, "no MariaDB or MySQL server binary (mariadbd or mysqld) on this machine; "+
 						"on Debian or Ubuntu: sudo apt-get install mariadb-server (%v)", err)
 				}
@@ -81,7 +81,7 @@ func (d *demo) step(who, format string, args ...any) {
 func (d *demo) run(ctx context.Context, listen string, wait bool) error {
 	d.say("fenceproxy demo: a lease that expires while its worker is still writing.\n")
 	d.say("Starting a throwaway database server...")
-	srv, err := dbserver.Start(ctx, dbserver.Options{})
+	srv, err := mysqld.Start(ctx, mysqld.Options{})
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ audit:
 	}
 	d.say("Started fenceproxy on %s in front of it, protecting app.reconciliation_runs\nunder the lease admin:reconciliation (config: %s).\n", listen, cfgFile)
 
-	dsn := fmt.Sprintf("%s:%s@tcp(%s)/app", dbserver.AppUser, dbserver.AppPassword, listen)
+	dsn := fmt.Sprintf("%s:%s@tcp(%s)/app", mysqld.AppUser, mysqld.AppPassword, listen)
 	a, err := openOne(ctx, dsn)
 	if err != nil {
 		return err
@@ -235,7 +235,7 @@ The proxy keeps running. Try it yourself (Ctrl-C to stop and remove everything):
   SET @fence_token = @fence_token - 1;
   UPDATE reconciliation_runs SET result = 'stale' WHERE id = 1;  -- 0 rows, audited
   TRUNCATE reconciliation_runs;                                  -- refused: cannot be fenced
-`, host(listen), port(listen), dbserver.AppUser, dbserver.AppPassword)
+`, host(listen), port(listen), mysqld.AppUser, mysqld.AppPassword)
 	select {
 	case <-ctx.Done():
 		d.say("\nStopping.")

@@ -1,39 +1,40 @@
 // Package dbserver starts disposable MariaDB/MySQL servers (fresh datadir,
-// random port, known accounts, optional TLS) for fenceproxy's tests and its
-// demo, or wraps an existing server given by a DSN.
+// random port, known accounts, optional TLS), Galera clusters and
+// tidb-servers for fenceproxy's tests, or wraps an existing server given by
+// a DSN. The server process itself is internal/mysqld's, which the demo
+// uses without this package: the shipped binary links nothing of the
+// harness.
 //
-// It does not import "testing": the demo binary uses it too. Test code uses
-// the integration/dbtest helpers on top of it.
+// Test code uses the integration/dbtest helpers on top of it.
 package dbserver
 
 import (
 	"crypto/tls"
 	"database/sql"
-	"errors"
 	"os"
-	"os/exec"
 	"sync"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 )
 
 // The application account every server gets, authenticated with
 // mysql_native_password and granted ALL ON *.* (it is a disposable server).
 const (
-	AppUser     = "fp_app"
-	AppPassword = "fp-app-Pw1"
+	AppUser     = mysqld.AppUser
+	AppPassword = mysqld.AppPassword
 )
 
 // Server flavors.
 const (
-	FlavorMariaDB = "mariadb"
-	FlavorMySQL   = "mysql"
+	FlavorMariaDB = mysqld.FlavorMariaDB
+	FlavorMySQL   = mysqld.FlavorMySQL
 )
 
 // ErrUnsupported is returned (wrapped) by CreateUser for an auth plugin the
 // server cannot provide. Tests skip on it.
-var ErrUnsupported = errors.New("not supported by this server")
+var ErrUnsupported = mysqld.ErrUnsupported
 
 // Options says how to start a server.
 type Options struct {
@@ -58,20 +59,8 @@ type Server struct {
 	// set, that trusts the CA: add "&tls="+TLSName to a DSN.
 	TLSName string
 
-	rootCfg  *mysql.Config // admin account over TCP
-	cmd      *exec.Cmd     // nil when External
-	exited   chan struct{} // closed when cmd has been waited for
-	errorLog string        // path of the server's error log
-	binlog   bool          // Options.Binlog
-
-	// How run starts the process: the --user to pass ("" none), options
-	// after the common ones, root's socket password when the datadir
-	// already has one (a Galera node copied from a seed), and how long to
-	// wait for the socket (0: readyTimeout).
-	user           string
-	extraArgs      []string
-	socketPassword string
-	readyTimeout   time.Duration
+	rootCfg *mysql.Config   // admin account over TCP
+	proc    *mysqld.Process // the server's process; nil when External
 
 	closeOnce sync.Once
 	closeErr  error
@@ -117,34 +106,30 @@ func (s *Server) openRoot() (*sql.DB, error) {
 // ErrorLog returns the last lines of the server's error log, for failure
 // messages ("" for an external server).
 func (s *Server) ErrorLog() string {
-	if s.errorLog == "" {
+	if s.proc == nil {
 		return ""
 	}
-	return tail(s.errorLog, 40)
+	return s.proc.LogTail(40)
 }
 
-// tail returns at most the last n lines (and 8 KiB) of a file.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "(no error log: " + err.Error() + ")"
-	}
-	const maxBytes = 8 << 10
-	if len(data) > maxBytes {
-		data = data[len(data)-maxBytes:]
-	}
-	end := len(data)
-	for end > 0 && data[end-1] == '\n' {
-		end--
-	}
-	lines := 0
-	for i := end - 1; i >= 0; i-- {
-		if data[i] == '\n' {
-			lines++
-			if lines == n {
-				return string(data[i+1 : end])
+// Close stops the server (SIGTERM, then SIGKILL after a while) and
+// removes Dir. An external server is left alone. Safe to call twice.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		if s.TLSName != "" {
+			mysql.DeregisterTLSConfig(s.TLSName)
+		}
+		if s.External {
+			return
+		}
+		if s.proc != nil {
+			s.closeErr = s.proc.Stop()
+		}
+		if s.Dir != "" {
+			if err := os.RemoveAll(s.Dir); err != nil && s.closeErr == nil {
+				s.closeErr = err
 			}
 		}
-	}
-	return string(data[:end])
+	})
+	return s.closeErr
 }

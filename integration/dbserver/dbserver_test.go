@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 )
 
 func TestWriteCertsChainVerifies(t *testing.T) {
@@ -65,33 +67,11 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 	return cert
 }
 
-func TestFindNamesWhatToInstall(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	saved := searchDirs
-	searchDirs = []string{t.TempDir()}
-	defer func() { searchDirs = saved }()
-	_, err := Find()
-	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "apt-get install mariadb-server") {
-		t.Fatalf("Find() error = %v", err)
-	}
-}
-
-func TestTail(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "log")
-	os.WriteFile(p, []byte("a\nb\nc\nd\n\n"), 0o600)
-	if got := tail(p, 2); got != "c\nd" {
-		t.Errorf("tail 2 = %q", got)
-	}
-	if got := tail(p, 10); got != "a\nb\nc\nd" {
-		t.Errorf("tail 10 = %q", got)
-	}
-}
-
 func TestFindGaleraNamesWhatToInstall(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	saved, savedDirs := galeraProviders, searchDirs
-	galeraProviders, searchDirs = []string{filepath.Join(t.TempDir(), "libgalera_smm.so")}, nil
-	defer func() { galeraProviders, searchDirs = saved, savedDirs }()
+	saved, savedDirs := galeraProviders, mysqld.SearchDirs
+	galeraProviders, mysqld.SearchDirs = []string{filepath.Join(t.TempDir(), "libgalera_smm.so")}, nil
+	defer func() { galeraProviders, mysqld.SearchDirs = saved, savedDirs }()
 	_, err := FindGalera()
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "apt-get install mariadb-server galera-4 rsync") ||
 		!strings.Contains(err.Error(), "libgalera_smm.so") {

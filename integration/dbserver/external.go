@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 )
 
 // FromDSN wraps an existing server, given by a go-sql-driver DSN of an
@@ -40,7 +42,7 @@ func FromDSN(dsn string) (*Server, error) {
 	if err := s.detectVersion(ctx, db); err != nil {
 		return nil, fmt.Errorf("dbserver: server at %s: %w", cfg.Addr, err)
 	}
-	if err := createUser(ctx, db, s.Flavor, AppUser, AppPassword, "mysql_native_password"); err != nil {
+	if err := mysqld.CreateUser(ctx, db, s.Flavor, AppUser, AppPassword, "mysql_native_password"); err != nil {
 		return nil, err
 	}
 	var name, haveSSL string

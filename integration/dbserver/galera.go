@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 )
 
 // galeraProviders are where distributions put the Galera 4 library
@@ -107,8 +109,8 @@ func haveAny(names ...string) bool {
 		if _, err := exec.LookPath(n); err == nil {
 			return true
 		}
-		for _, dir := range append([]string{"/usr/bin", "/bin"}, searchDirs...) {
-			if isExecutable(filepath.Join(dir, n)) {
+		for _, dir := range append([]string{"/usr/bin", "/bin"}, mysqld.SearchDirs...) {
+			if mysqld.IsExecutable(filepath.Join(dir, n)) {
 				return true
 			}
 		}
@@ -157,11 +159,11 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err erro
 	if err != nil {
 		return nil, err
 	}
-	info, err := inspectBinary(binary)
+	bin, err := mysqld.Inspect(binary)
 	if err != nil {
 		return nil, err
 	}
-	if info.flavor != FlavorMariaDB {
+	if bin.Flavor != FlavorMariaDB {
 		return nil, fmt.Errorf("%w: a Galera cluster needs mariadbd, found %s", ErrNotFound, binary)
 	}
 	setup, err := galeraUser()
@@ -182,7 +184,7 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err erro
 		}
 	}()
 
-	seed, err := c.prepareSeed(ctx, binary, info, setup)
+	seed, err := c.prepareSeed(ctx, bin, setup)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +193,7 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err erro
 	var members []string
 	for i := range ports {
 		for j := range ports[i] {
-			if ports[i][j], err = freePort(); err != nil {
+			if ports[i][j], err = mysqld.FreePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -211,30 +213,30 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err erro
 				return nil, err
 			}
 		}
-		if _, err := privateTmp(nodeDir); err != nil {
+		if _, err := mysqld.PrivateTmp(nodeDir); err != nil {
 			return nil, err
 		}
 		if err := chownTree(nodeDir, setup); err != nil {
 			return nil, err
 		}
-		s := &Server{
-			Dir: nodeDir, Flavor: seed.srv.Flavor, Version: seed.srv.Version,
-			errorLog: filepath.Join(nodeDir, "error.log"),
-			binlog:   opts.BinlogNode == i+1,
-			user:     setup.user, socketPassword: seed.password, readyTimeout: nodeReadyTimeout,
+		p := &mysqld.Process{
+			Dir: nodeDir, LogFile: filepath.Join(nodeDir, "error.log"),
+			Binlog: opts.BinlogNode == i+1,
+			User:   setup.user, SocketPassword: seed.password, ReadyTimeout: nodeReadyTimeout,
 		}
-		s.extraArgs = galeraArgs(setup.provider, c.Name, "node"+strconv.Itoa(i+1), address, ports[i])
+		p.Args = galeraArgs(setup.provider, c.Name, "node"+strconv.Itoa(i+1), address, ports[i])
 		if i == 0 {
-			s.extraArgs = append(s.extraArgs, "--wsrep-new-cluster")
+			p.Args = append(p.Args, "--wsrep-new-cluster")
 		}
-		if s.binlog {
-			s.extraArgs = append(s.extraArgs, "--log-slave-updates=ON")
+		if p.Binlog {
+			p.Args = append(p.Args, "--log-slave-updates=ON")
 		}
+		s := &Server{Dir: nodeDir, Flavor: seed.srv.Flavor, Version: seed.srv.Version, proc: p}
 		c.Nodes = append(c.Nodes, s)
 	}
 
 	// Node 1 first: the joiners need a primary component to join.
-	if err := c.Nodes[0].launch(ctx, binary, info, filepath.Join(c.Nodes[0].Dir, "data")); err != nil {
+	if err := c.Nodes[0].launch(ctx, bin); err != nil {
 		return nil, fmt.Errorf("dbserver: galera node 1: %w", err)
 	}
 	errs := make([]error, n)
@@ -244,7 +246,7 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err erro
 		go func(i int) {
 			defer wg.Done()
 			s := c.Nodes[i]
-			if err := s.launch(ctx, binary, info, filepath.Join(s.Dir, "data")); err != nil {
+			if err := s.launch(ctx, bin); err != nil {
 				errs[i] = fmt.Errorf("dbserver: galera node %d: %w", i+1, err)
 			}
 		}(i)
@@ -262,6 +264,15 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err erro
 	}
 	c.Startup = time.Since(began)
 	return c, nil
+}
+
+// launch starts the node's process on its datadir (Dir/data).
+func (s *Server) launch(ctx context.Context, bin mysqld.Binary) error {
+	if err := s.proc.Launch(ctx, bin, filepath.Join(s.Dir, "data")); err != nil {
+		return err
+	}
+	s.Addr = s.proc.Addr
+	return nil
 }
 
 // galeraArgs are a node's wsrep options. ports: gcomm, IST, SST.
@@ -294,19 +305,19 @@ type seedState struct {
 
 // prepareSeed initializes a datadir, boots it once as a one-node cluster,
 // creates the accounts, and shuts it down cleanly.
-func (c *Cluster) prepareSeed(ctx context.Context, binary string, info binaryInfo, setup galeraSetup) (*seedState, error) {
+func (c *Cluster) prepareSeed(ctx context.Context, bin mysqld.Binary, setup galeraSetup) (*seedState, error) {
 	seedDir := filepath.Join(c.Dir, "seed")
 	datadir := filepath.Join(seedDir, "data")
 	if err := os.Mkdir(seedDir, 0o700); err != nil {
 		return nil, err
 	}
-	if _, err := privateTmp(seedDir); err != nil {
+	if _, err := mysqld.PrivateTmp(seedDir); err != nil {
 		return nil, err
 	}
 	if err := chownTree(c.Dir, setup); err != nil {
 		return nil, err
 	}
-	if err := initialize(ctx, binary, info, datadir, seedDir, setup.user, galeraLogFileSize); err != nil {
+	if err := mysqld.Initialize(ctx, bin, datadir, seedDir, setup.user, galeraLogFileSize); err != nil {
 		return nil, err
 	}
 	if err := chownTree(seedDir, setup); err != nil {
@@ -314,22 +325,25 @@ func (c *Cluster) prepareSeed(ctx context.Context, binary string, info binaryInf
 	}
 	ports := [3]int{}
 	for i := range ports {
-		p, err := freePort()
+		p, err := mysqld.FreePort()
 		if err != nil {
 			return nil, err
 		}
 		ports[i] = p
 	}
-	s := &Server{Dir: seedDir, Flavor: info.flavor, errorLog: filepath.Join(seedDir, "error.log"), user: setup.user}
-	s.extraArgs = append(galeraArgs(setup.provider, c.Name, "seed", "gcomm://", ports), "--wsrep-new-cluster")
-	if err := s.launch(ctx, binary, info, datadir); err != nil {
+	p := &mysqld.Process{Dir: seedDir, LogFile: filepath.Join(seedDir, "error.log"), User: setup.user}
+	p.Args = append(galeraArgs(setup.provider, c.Name, "seed", "gcomm://", ports), "--wsrep-new-cluster")
+	s := &Server{Dir: seedDir, Flavor: bin.Flavor, proc: p}
+	if err := s.launch(ctx, bin); err != nil {
 		return nil, fmt.Errorf("dbserver: galera seed: %w", err)
 	}
-	if err := s.setupAccounts(ctx, info); err != nil {
-		s.stop()
+	acc, err := mysqld.SetupAccounts(ctx, p)
+	if err != nil {
+		p.Stop()
 		return nil, fmt.Errorf("dbserver: galera seed accounts: %w\nerror log:\n%s", err, s.ErrorLog())
 	}
-	if err := s.stop(); err != nil {
+	s.rootCfg, s.Version, s.Flavor = acc.Root, acc.Version, acc.Flavor
+	if err := p.Stop(); err != nil {
 		return nil, err
 	}
 	state, err := os.ReadFile(filepath.Join(datadir, "grastate.dat"))
@@ -447,7 +461,7 @@ func (c *Cluster) ErrorLogs() string {
 // or nil.
 func (c *Cluster) BinlogNode() *Server {
 	for _, s := range c.Nodes {
-		if s.binlog {
+		if s.proc != nil && s.proc.Binlog {
 			return s
 		}
 	}

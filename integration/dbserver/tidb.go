@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 )
 
 // FlavorTiDB is a tidb-server (with its embedded unistore store).
-const FlavorTiDB = "tidb"
+const FlavorTiDB = mysqld.FlavorTiDB
 
 // EnvTiDBServer names a tidb-server binary to use instead of the cached
 // build of scripts/tidb-server.sh.
@@ -28,7 +30,7 @@ const EnvTiDBServer = "FENCEPROXY_TIDB_SERVER"
 // required.
 var ErrTiDBNotFound = errors.New("no tidb-server binary found")
 
-// tidbReadyTimeout is longer than readyTimeout: a fresh tidb-server
+// tidbReadyTimeout is longer than a mariadbd start (30 s): a fresh tidb-server
 // bootstraps its system tables before it accepts connections, which takes
 // tens of seconds on two busy cores.
 const tidbReadyTimeout = 3 * time.Minute
@@ -37,7 +39,7 @@ const tidbReadyTimeout = 3 * time.Minute
 // tidb-server on PATH, else the newest build cached by scripts/tidb-server.sh.
 func FindTiDB() (string, error) {
 	if p := os.Getenv(EnvTiDBServer); p != "" {
-		if !isExecutable(p) {
+		if !mysqld.IsExecutable(p) {
 			return "", fmt.Errorf("dbserver: %s=%s is not an executable file", EnvTiDBServer, p)
 		}
 		return p, nil
@@ -56,7 +58,7 @@ func FindTiDB() (string, error) {
 		var newest string
 		var newestTime time.Time
 		for _, m := range matches {
-			if fi, err := os.Stat(m); err == nil && isExecutable(m) && fi.ModTime().After(newestTime) {
+			if fi, err := os.Stat(m); err == nil && mysqld.IsExecutable(m) && fi.ModTime().After(newestTime) {
 				newest, newestTime = m, fi.ModTime()
 			}
 		}
@@ -77,11 +79,11 @@ func StartTiDB(ctx context.Context) (srv *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeDir()
+	dir, err := mysqld.MakeDir("fp-dbserver-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, Flavor: FlavorTiDB, errorLog: filepath.Join(dir, "tidb.log")}
+	s := &Server{Dir: dir, Flavor: FlavorTiDB, proc: &mysqld.Process{Dir: dir, LogFile: filepath.Join(dir, "tidb.log")}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -92,26 +94,26 @@ func StartTiDB(ctx context.Context) (srv *Server, err error) {
 	}
 	const attempts = 5
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := mysqld.FreePort()
 		if err != nil {
 			return nil, err
 		}
-		status, err := freePort()
+		status, err := mysqld.FreePort()
 		if err != nil {
 			return nil, err
 		}
-		os.Remove(s.errorLog)
+		os.Remove(s.proc.LogFile)
 		os.Remove(filepath.Join(dir, "stdout.log"))
 		err = s.runTiDB(ctx, binary, port, status)
 		if err == nil {
 			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			break
 		}
-		log := s.ErrorLog() + tail(filepath.Join(dir, "stdout.log"), 20)
+		log := s.ErrorLog() + mysqld.Tail(filepath.Join(dir, "stdout.log"), 20)
 		if attempt < attempts && strings.Contains(log, "address already in use") {
 			continue
 		}
-		return nil, fmt.Errorf("dbserver: %w\nlog %s:\n%s", err, s.errorLog, log)
+		return nil, fmt.Errorf("dbserver: %w\nlog %s:\n%s", err, s.proc.LogFile, log)
 	}
 	if err := s.setupTiDBAccounts(ctx); err != nil {
 		return nil, fmt.Errorf("dbserver: setting up accounts: %w\nlog:\n%s", err, s.ErrorLog())
@@ -128,12 +130,12 @@ func (s *Server) runTiDB(ctx context.Context, binary string, port, status int) e
 		"-status-host", "127.0.0.1", "-status", strconv.Itoa(status),
 		"-socket", "",
 		"-temp-dir", filepath.Join(s.Dir, "tmp"),
-		"-log-file", s.errorLog,
+		"-log-file", s.proc.LogFile,
 		"-log-slow-query", filepath.Join(s.Dir, "slow.log"),
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = s.Dir // anything it writes relative to its working directory stays in the temp dir
-	if err := s.startProcess(cmd); err != nil {
+	if err := s.proc.Start(cmd); err != nil {
 		return err
 	}
 
@@ -141,7 +143,7 @@ func (s *Server) runTiDB(ctx context.Context, binary string, port, status int) e
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Net, cfg.Addr = "root", "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cfg.Timeout = time.Second
-	return s.awaitLogin(ctx, cfg, tidbReadyTimeout, 100*time.Millisecond, "tidb-server")
+	return s.proc.AwaitLogin(ctx, cfg, tidbReadyTimeout, 100*time.Millisecond, "tidb-server")
 }
 
 // setupTiDBAccounts gives root@'%' a random password and creates AppUser,
@@ -162,12 +164,12 @@ func (s *Server) setupTiDBAccounts(ctx context.Context) error {
 	if s.Flavor != FlavorTiDB {
 		return fmt.Errorf("the server says it is %q, not TiDB", s.Version)
 	}
-	if err := createUser(ctx, db, s.Flavor, AppUser, AppPassword, "mysql_native_password"); err != nil {
+	if err := mysqld.CreateUser(ctx, db, s.Flavor, AppUser, AppPassword, "mysql_native_password"); err != nil {
 		return err
 	}
-	password := randomHex("fp-root-", 16)
+	password := mysqld.RandomHex("fp-root-", 16)
 	// Last: it only affects new logins, not this session.
-	if _, err := db.ExecContext(ctx, "ALTER USER 'root'@'%' IDENTIFIED BY "+quote(password)); err != nil {
+	if _, err := db.ExecContext(ctx, "ALTER USER 'root'@'%' IDENTIFIED BY "+mysqld.Quote(password)); err != nil {
 		return fmt.Errorf("ALTER USER root: %w", err)
 	}
 	s.rootCfg = mysql.NewConfig()

@@ -43,7 +43,7 @@ func TestStartTiDB(t *testing.T) {
 		t.Error("AppUser logged in with a wrong password")
 	}
 	bad.Close()
-	pid := s.cmd.Process.Pid
+	pid := s.proc.Pid()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
