@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""Render the README's benchmark tables from one table.sh run.
+"""Render the benchmark tables of docs/benchmarks.md from one table.sh run.
 
 Reads the summary.tsv files that ../shared/bench/sysbench-compare.sh wrote
 (medians of same-round ratios to haproxy, the first target) and the lines
-that conns printed, and prints Markdown.
+that conns printed, and prints Markdown. With --docs FILE it also replaces
+what stands between FILE's table.sh markers with the --conditions line and
+the tables.
 """
 import argparse
+import contextlib
 import csv
+import io
 import os
+import sys
+
+BEGIN = "<!-- table.sh: begin -->"
+END = "<!-- table.sh: end -->"
 
 WORKLOADS = [
     ("oltp_point_select", "oltp_point_select"),
@@ -30,7 +38,31 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("summaries", nargs="*", help="summary.tsv files")
     ap.add_argument("--conns", help="tab-separated lines printed by conns")
+    ap.add_argument("--docs", help="a Markdown file whose table.sh markers get the tables")
+    ap.add_argument("--conditions", default="", help="one line on the run's conditions, for --docs")
     a = ap.parse_args()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        tables(a)
+    sys.stdout.write(out.getvalue())
+    if a.docs:
+        into_docs(a.docs, a.conditions, out.getvalue())
+
+
+def into_docs(path, conditions, tables_md):
+    """Replace the text between the markers of path (both kept)."""
+    text = open(path).read()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        sys.exit(f"table.py: {path} has no '{BEGIN}' ... '{END}' markers")
+    body = (conditions + "\n\n" if conditions else "") + tables_md.strip("\n") + "\n"
+    text = text[: start + len(BEGIN)] + "\n" + body + text[end:]
+    with open(path, "w") as fh:
+        fh.write(text)
+    print(f"(written into {path})", file=sys.stderr)
+
+
+def tables(a):
     rows = {}
     for path in a.summaries:
         if not os.path.exists(path):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's benchmark table in one command: every figure a ratio to
-# haproxy (an L4 relay) measured in the same round, interleaved round-robin.
+# The benchmark tables of docs/benchmarks.md in one command: every figure a
+# ratio to haproxy (an L4 relay) measured in the same round, interleaved
+# round-robin.
 #
 #   1. OLTP point_select, read_only, write_only and connect (a connection's
 #      whole life per event: connect, auth, SELECT 1, quit) through haproxy,
@@ -15,10 +16,13 @@
 #      fenceproxy, fenceproxy GOMAXPROCS=1 and the server directly. The
 #      server's max_connections is raised for it (SET GLOBAL) and restored.
 #
-#   integration/bench/table.sh [--rounds N] [--time S] [--conns N]
+#   integration/bench/table.sh [--rounds N] [--time S] [--conns N] [--docs]
 #
 # Prints the Markdown tables and leaves them, with every log, in
-# $BENCH_WORK/table-<time>/. Env as for sysbench.sh (BACKEND, SHARED,
+# $BENCH_WORK/table-<time>/. --docs also writes them, with the run's
+# conditions (versions, cores, rounds; no date or revision: those are in
+# conditions.txt), into docs/benchmarks.md between its table.sh markers.
+# Env as for sysbench.sh (BACKEND, SHARED,
 # BENCH_WORK, RELAY_LISTEN, FP_LISTEN); ONE_PROC_LISTEN (127.0.0.1:6034);
 # CONNS_LISTEN (127.0.0.1:6036, the proxy of step 3); CONNS_RELAY_LISTEN
 # (127.0.0.1:13307, step 3's haproxy); BEFORE_BIN (empty; a fenceproxy
@@ -28,9 +32,10 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-ROUNDS=5 TIME=6 CONNS=5000
+ROUNDS=5 TIME=6 CONNS=5000 DOCS=""
 while (($#)); do
   case $1 in
+    --docs) DOCS=$ROOT/docs/benchmarks.md; shift ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --time) TIME=$2; shift 2 ;;
     --conns) CONNS=$2; shift 2 ;;
@@ -46,10 +51,14 @@ OUT=$BENCH_WORK/table-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$OUT"
 skip() { [[ " $SKIP " == *" $1 "* ]]; }
 
+server_version=$(mariadb -uroot -N -e 'SELECT VERSION()')
+go_version=$(go version | cut -d' ' -f3)
+haproxy_version=$(haproxy -v | head -n1 | cut -d' ' -f1-3)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 {
   echo "fenceproxy $(cd "$ROOT" && git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores,"
-  echo "  $(go version | cut -d' ' -f3), $(mariadb -uroot -N -e 'SELECT VERSION()'), $(haproxy -v | head -n1 | cut -d' ' -f1-3),"
-  echo "  $ROUNDS rounds x ${TIME}s, 16 threads; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "  $go_version, $server_version, $haproxy_version,"
+  echo "  $ROUNDS rounds x ${TIME}s, 16 threads; load average before: $load_before"
 } | tee "$OUT/conditions.txt"
 
 summaries=()
@@ -148,5 +157,9 @@ YAML
 fi
 
 echo
-python3 "$HERE/table.py" "${summaries[@]}" "${conns_args[@]}" | tee "$OUT/table.md"
+docs_args=()
+if [[ -n $DOCS ]]; then
+  docs_args=(--docs "$DOCS" --conditions "server $server_version, Go ${go_version#go}, $haproxy_version, $(nproc) cores; 16 threads, $ROUNDS rounds x $TIME s; load average before the run ${load_before%% *}.")
+fi
+python3 "$HERE/table.py" "${summaries[@]}" "${conns_args[@]}" "${docs_args[@]}" | tee "$OUT/table.md"
 echo "(conditions and logs: $OUT)"
