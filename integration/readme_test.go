@@ -186,6 +186,47 @@ func isSelect(stmt string) bool {
 	return strings.HasPrefix(strings.ToUpper(strings.TrimSpace(stmt)), "SELECT")
 }
 
+// TestReadmeDemo runs the README's "See it first" block: it builds the
+// binary (into a temp dir instead of bin/) and plays the demo, with --exit
+// so that it ends after the story, on a free port.
+func TestReadmeDemo(t *testing.T) {
+	blocks, err := readmeSection(readmePath, "See it first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok := blocks["demo"]
+	if !ok || len(blocks) != 1 {
+		t.Fatalf("README's \"See it first\" should hold one block, marked demo; it has %d", len(blocks))
+	}
+	bin := filepath.Join(t.TempDir(), "fenceproxy")
+	text := b.text
+	for _, sb := range []struct{ old, new string }{
+		{"-o bin/fenceproxy", "-o " + bin},
+		{"./bin/fenceproxy demo", bin + " demo --exit --listen 127.0.0.1:0"},
+	} {
+		if !strings.Contains(text, sb.old) {
+			t.Fatalf("README's demo block no longer contains %q: update TestReadmeDemo\n%s", sb.old, text)
+		}
+		text = strings.ReplaceAll(text, sb.old, sb.new)
+	}
+	cmd := exec.Command("sh", "-ec", text)
+	cmd.Dir = ".." // the repository, where the README's commands run
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "no MariaDB or MySQL server binary") && os.Getenv(dbtest.EnvRequire) != "1" {
+			t.Skip("no database server binary for the demo")
+		}
+		t.Fatalf("%s: %v\n%s", strings.TrimSpace(b.text), err, out)
+	}
+	// What the README says the demo shows: the stale write changes
+	// nothing, and it is in the audit log.
+	for _, want := range []string{"-> 0 rows", `"reason":"stale_token"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestReadmeQuickStartBlocks needs no server: the Quick start has every
 // block the doc test runs, each statement of its SQL says what it returns,
 // and its config is the safe one (backend.user set, catalog on).
