@@ -22,6 +22,14 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 		}
 		return in.refuse(qualified(p), why)
 	}
+	// A table renamed to a protected or lease table's name may be a
+	// TEMPORARY one: it then shadows the real table for this session
+	// (measured on MariaDB 10.11 and TiDB: RENAME TABLE and ALTER TABLE
+	// ... RENAME of a temporary table).
+	refuseRename := func(p *policy.Table) stmtRes {
+		return in.refuse(qualified(p), "renaming a table to "+shadowed(in.pc.e, p)+" is refused: a TEMPORARY table renamed so "+
+			shadowWhy(in.pc.e, p))
+	}
 	switch n := stmt.(type) {
 	case *ast.TruncateTableStmt:
 		if p := in.protectedName(n.Table); p != nil {
@@ -45,7 +53,7 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 		for _, spec := range n.Specs {
 			if spec.Tp == ast.AlterTableRenameTable {
 				if p := in.protectedName(spec.NewTable); p != nil {
-					return refuseP(p, "renaming a table to a protected table's name is refused")
+					return refuseRename(p)
 				}
 			}
 		}
@@ -69,18 +77,18 @@ func (in *stmtIn) readOrRefuse(stmt ast.StmtNode) stmtRes {
 				return refuseP(p, "renaming a protected table is refused; remove it from the fenceproxy policy first")
 			}
 			if p := in.protectedName(tt.NewTable); p != nil {
-				return refuseP(p, "renaming a table to a protected table's name is refused")
+				return refuseRename(p)
 			}
 		}
 		return other
 	case *ast.CreateTableStmt:
 		// CREATE TABLE x LIKE / AS SELECT only reads the protected table.
 		if p := in.protectedName(n.Table); p != nil {
-			what := "creating a table with a protected table's name is refused"
 			if n.TemporaryKeyword != ast.TemporaryNone {
-				what = "a temporary table with a protected table's name would shadow it; refused"
+				return in.refuse(qualified(p), "a TEMPORARY table named like "+shadowed(in.pc.e, p)+" is refused: it "+
+					shadowWhy(in.pc.e, p))
 			}
-			return refuseP(p, what)
+			return refuseP(p, "creating a table with a protected table's name is refused")
 		}
 		if r, ok := in.unionRefusal(n.Options); ok {
 			return r
@@ -180,4 +188,27 @@ func (in *stmtIn) unionRefusal(opts []*ast.TableOption) (stmtRes, bool) {
 		}
 	}
 	return stmtRes{}, false
+}
+
+// shadowed names p in a refusal: the lease table or the protected table.
+func shadowed(e *Engine, p *policy.Table) string {
+	if e.isLease(p) {
+		return "the lease table " + qualified(p)
+	}
+	return "the protected table " + qualified(p)
+}
+
+// shadowWhy is what a TEMPORARY table of p's name would do. Measured on
+// MariaDB 10.11 and TiDB with two sessions: a session's temporary table
+// hides the real table of the same schema and name from every statement
+// of that session, schema-qualified names included (and, on MariaDB, from
+// triggers the session fires); other sessions see the real table.
+func shadowWhy(e *Engine, p *policy.Table) string {
+	if e.isLease(p) {
+		return "would shadow it for this session, and every fence of the session " +
+			"would read the session's own rows instead of the lease (a stale write would pass); " +
+			"use another name for temporary tables"
+	}
+	return "would shadow it for this session, and the session's writes would go " +
+		"to the temporary table; use another name for temporary tables"
 }
