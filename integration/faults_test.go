@@ -320,8 +320,8 @@ func TestBackendDiesMidResult(t *testing.T) {
 }
 
 // TestBackendDiesBetweenCommands: the backend connection is gone before a
-// command is sent: the client gets ERR 2013 (nothing of the response was
-// sent yet), then the connection is closed.
+// command is sent: the client gets ERR 1053 with SQLSTATE 08S01 (nothing of
+// the response was sent yet), then the connection is closed.
 func TestBackendDiesBetweenCommands(t *testing.T) {
 	s := dbtest.Shared(t)
 	f := startForwarder(t, s.Addr)
@@ -338,8 +338,8 @@ func TestBackendDiesBetweenCommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("want an ERR packet, got %v", err)
 	}
-	if e := r.err(); e == nil || e.Code != 2013 || !strings.Contains(e.Msg, "lost connection to the backend") {
-		t.Fatalf("want ERR 2013, got %v", r)
+	if e := r.err(); e == nil || e.Code != 1053 || e.State != "08S01" || !strings.Contains(e.Msg, "lost connection to the backend") {
+		t.Fatalf("want ERR 1053 (08S01), got %v", r)
 	}
 	if r, err := victim.readClosed(); err != nil || !r.Closed {
 		t.Fatalf("connection not closed after the ERR: %v %v", r, err)
@@ -352,8 +352,8 @@ func TestBackendDiesBetweenCommands(t *testing.T) {
 // closed connection, never a hang, and the connection is then unusable, as
 // direct; other clients of the proxy go on. (Direct, MariaDB just closes the
 // socket; the proxy, which has sent nothing of the response yet, says so
-// with ERR 2013 "lost connection", which is what a C client reports for a
-// closed socket.)
+// with ERR 1053 "lost connection", SQLSTATE 08S01, a server-range code that
+// every client library displays.)
 func TestKillConnectionMidQuery(t *testing.T) {
 	s := dbtest.Shared(t)
 	tp := startProxy(t, s.Addr, "")
@@ -363,7 +363,7 @@ func TestKillConnectionMidQuery(t *testing.T) {
 		allowed    []string // outcomes of the killed query
 	}{
 		{"direct", s.Addr, []string{"closed", "ERR 1927"}},
-		{"proxy", tp.Addr, []string{"closed", "ERR 1927", "ERR 2013"}},
+		{"proxy", tp.Addr, []string{"closed", "ERR 1927", "ERR 1053"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			victim := appWire(t, tc.addr, "")

@@ -116,7 +116,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		cancel()
 		if err != nil {
 			c.p.metrics.backendDialFailed()
-			c.writeAuthError(cseq+1, crSSLConnection, "HY000", "fenceproxy: TLS to the backend failed: "+err.Error())
+			c.writeAuthError(cseq+1, erBackendUnavailable, "HY000", "fenceproxy: TLS to the backend failed: "+err.Error())
 			return c.backend.sideErr(fmt.Errorf("TLS handshake: %w", err))
 		}
 		if err := c.backend.upgradeTLS(tc); err != nil {

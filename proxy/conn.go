@@ -371,7 +371,7 @@ func (c *clientConn) close() {
 func (c *clientConn) abortCommand(err error) {
 	var ce *connError
 	if errors.As(err, &ce) && ce.side == backendSide && !c.x.started {
-		c.sendError(crServerLost, "HY000", "fenceproxy: lost connection to the backend: "+ce.err.Error())
+		c.sendError(erBackendLost, stateBackendLost, "fenceproxy: lost connection to the backend ("+ce.err.Error()+"); the session is closed: reconnect (an open transaction did not commit; the outcome of the statement in flight is unknown)")
 		c.client.flush()
 	}
 	c.logEnd(err, "command")

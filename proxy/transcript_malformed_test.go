@@ -98,7 +98,7 @@ the backend never sees any of it. Another client's connection goes on.`,
 }, {
 	name: "malformed_backend_response",
 	about: `A backend that answers a command with an empty packet breaks the protocol: the client, which has
-seen nothing of the response yet, gets ERR 2013 (lost connection), and both hops close.`,
+seen nothing of the response yet, gets ERR 1053 (lost connection, SQLSTATE 08S01), and both hops close.`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})

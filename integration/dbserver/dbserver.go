@@ -11,8 +11,10 @@ package dbserver
 import (
 	"crypto/tls"
 	"database/sql"
+	"fmt"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -132,4 +134,17 @@ func (s *Server) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// Kill ends the server process at once with SIGKILL, as a crash would (no
+// shutdown: clients' connections just break), and waits for it. The data
+// directory stays until Close.
+func (s *Server) Kill() error {
+	if s.proc == nil || s.proc.Pid() == 0 {
+		return fmt.Errorf("dbserver: no server process to kill")
+	}
+	if err := syscall.Kill(s.proc.Pid(), syscall.SIGKILL); err != nil {
+		return err
+	}
+	return s.proc.Stop() // now only waits for the process
 }
