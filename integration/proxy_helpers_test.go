@@ -75,6 +75,13 @@ func (tp *testProxy) reload(t testing.TB, extraYAML string) {
 
 func startProxyConfig(t testing.TB, cfg *policy.Config) *testProxy {
 	t.Helper()
+	return startProxyConfigOpts(t, cfg, proxy.Options{})
+}
+
+// startProxyConfigOpts is startProxyConfig with some of the proxy's
+// options given (the logger, say); metrics and audit log are the test's.
+func startProxyConfigOpts(t testing.TB, cfg *policy.Config, opts proxy.Options) *testProxy {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := proxy.NewMetrics(reg)
 	al, err := audit.Open(audit.File{Path: cfg.Audit.File}, 1000)
@@ -82,8 +89,11 @@ func startProxyConfig(t testing.TB, cfg *policy.Config) *testProxy {
 		t.Fatal(err)
 	}
 	pol := cfg.Policy(1)
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := proxy.New(cfg, pol, proxy.Options{Logger: logger, Metrics: m, Audit: al})
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	opts.Metrics, opts.Audit = m, al
+	p, err := proxy.New(cfg, pol, opts)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}

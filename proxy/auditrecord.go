@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -59,13 +60,26 @@ func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) {
 		c.p.metrics.AuditErrors.Inc()
 		c.log().Error("audit write failed", "err", err)
 	}
+	// The log gets a few lines per reason and table and then a count
+	// (logLimit): a client can repeat a rejected write at will, and the
+	// audit trail above has every record.
 	if rec.Reason == audit.Refused {
-		c.log().Warn("statement refused", "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+		if c.p.logLimit.Allow(logging.Key{Event: msgRefused, Reason: rec.Reason, Table: rec.Table}) {
+			c.log().Warn(msgRefused, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+		}
 		return
 	}
 	c.p.metrics.StaleRejected.WithLabelValues(rec.Table, c.p.leaseLabels.label(rec.Lease), rec.Reason, rec.Mode).Inc()
-	c.log().Warn("fenced write rejected", "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+	if c.p.logLimit.Allow(logging.Key{Event: msgRejected, Reason: rec.Reason, Table: rec.Table}) {
+		c.log().Warn(msgRejected, "reason", rec.Reason, "table", rec.Table, "lease", rec.Lease, "outcome", rec.Outcome)
+	}
 }
+
+// The messages of the rate-limited audit lines.
+const (
+	msgRefused  = "statement refused"
+	msgRejected = "fenced write rejected"
+)
 
 // leaseLabels bounds the cardinality of a proxy's stale-write metric:
 // per-entity leases (one per customer, say) would otherwise make a series

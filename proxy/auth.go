@@ -140,8 +140,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		return err
 	}
 	if !ok {
-		c.p.metrics.AuthFailures.Inc()
-		return errors.New("authentication failed")
+		return c.loginRefused()
 	}
 	if err := c.sendEngineProbe(rt); err != nil {
 		return err
@@ -246,6 +245,7 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 		case mysql.ERR_HEADER:
 			cseq++
 			c.client.writePacket(cseq, p) // the backend's own words: wrong password, unknown database...
+			c.authErr = parseErr(p)
 			return false, c.client.flush()
 		case mysql.EOF_HEADER: // AuthSwitchRequest: plugin name, then its challenge
 			name, data, _ := bytes.Cut(p[1:], []byte{0})

@@ -188,7 +188,7 @@ func (c *clientConn) comChangeUser() error {
 		return err
 	}
 	if !ok {
-		c.p.metrics.AuthFailures.Inc()
+		c.noteLoginRefused(cu.user)
 		c.changeUserFailed(cu)
 		return nil
 	}

@@ -40,7 +40,8 @@ type clientConn struct {
 	deprecateEOF bool
 	clientTLS    bool
 	backendTLS   bool
-	scramble     []byte // the backend's current auth challenge
+	scramble     []byte  // the backend's current auth challenge
+	authErr      errInfo // the backend's ERR to the last refused login (relayAuth), for loginRefused
 	srv          rewrite.Server
 	// probe: the engine probe whose answer is still unread (engine.go),
 	// read before the first command under probeDeadline, or probeTimeout
@@ -387,6 +388,7 @@ func (c *clientConn) logEnd(err error, phase string) {
 		if c.debugOn() {
 			c.log().Debug("connection closed for shutdown")
 		}
+	case errors.As(err, new(*loginError)): // logged by loginRefused
 	case errors.Is(err, errIdle):
 		c.log().Info("connection closed after idle timeout")
 	case errors.Is(err, errMalformed):

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/lease"
 )
 
@@ -81,14 +82,14 @@ func (c *clientConn) info(now time.Time) ConnInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ci := ConnInfo{ID: c.id, Client: c.remote(), ConnectedAt: c.connectedAt, State: "handshake",
-		Seconds: now.Sub(c.connectedAt).Seconds()}
+		Seconds: logging.Seconds(now.Sub(c.connectedAt))}
 	if !c.pub.ready {
 		return ci
 	}
 	ci.User, ci.Schema, ci.InTransaction = c.pub.user, c.pub.schema, c.pub.inTx
 	ci.Program, ci.BackendConnID = c.pub.program, c.pub.backendConnID
 	ci.Lease, ci.LeaseToken = c.pub.lease, c.pub.leaseToken
-	ci.Command, ci.Seconds = c.pub.cmd, now.Sub(c.pub.since).Seconds()
+	ci.Command, ci.Seconds = c.pub.cmd, logging.Seconds(now.Sub(c.pub.since))
 	ci.State = "idle"
 	if c.pub.busy {
 		ci.State = "command"
@@ -191,7 +192,7 @@ func (p *Proxy) Leases(ctx context.Context) ([]LeaseInfo, error) {
 		}
 		for _, st := range sts {
 			out = append(out, LeaseInfo{Table: table, Name: st.Name, OwnerID: st.OwnerID(), Token: st.Token,
-				Until: st.Until.UTC(), Held: st.Held, Remaining: st.Remaining.Seconds()})
+				Until: st.Until.UTC(), Held: st.Held, Remaining: logging.Seconds(st.Remaining)})
 		}
 	}
 	return out, nil

@@ -16,6 +16,7 @@ type Metrics struct {
 	Bytes               *prometheus.CounterVec
 	BackendDialFailures prometheus.Counter
 	AuthFailures        prometheus.Counter
+	LoginFailures       *prometheus.CounterVec
 	Statements          *prometheus.CounterVec
 	StaleRejected       *prometheus.CounterVec
 	StatementsRefused   *prometheus.CounterVec
@@ -35,6 +36,7 @@ type Metrics struct {
 	stmtFenced    prometheus.Counter
 	stmtRefused   prometheus.Counter
 	stmtAnswered  prometheus.Counter
+	loginFailures []prometheus.Counter // by LoginFailureReasons
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -61,7 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BackendDialFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_backend_dial_failures_total", Help: "Failed attempts to connect to the backend (dial, TLS or handshake)."}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fenceproxy_auth_failures_total", Help: "Client authentications the backend rejected."}),
+			Name: "fenceproxy_auth_failures_total", Help: "Client logins the backend rejected for their credentials (wrong password, unknown user: error 1045, 1698); logins refused for another reason count in fenceproxy_login_failures_total only."}),
+		LoginFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_login_failures_total", Help: "Client logins the backend refused, by reason: authentication (1045, 1698), database (1044, 1049), limit (1040, 1203, 1226), host (1129, 1130), auth_plugin, password_expired, account_locked, transport, other."},
+			[]string{"reason"}),
 		Statements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_statements_total", Help: "COM_QUERY and COM_STMT_PREPARE packets by what the proxy did: forwarded, fenced, refused, answered."},
 			[]string{"action"}),
@@ -103,9 +108,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.stmtFenced = m.Statements.WithLabelValues("fenced")
 	m.stmtRefused = m.Statements.WithLabelValues("refused")
 	m.stmtAnswered = m.Statements.WithLabelValues("answered")
+	for _, r := range LoginFailureReasons {
+		m.loginFailures = append(m.loginFailures, m.LoginFailures.WithLabelValues(r))
+	}
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
-			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.Statements,
+			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,
 			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining)
 	}
 	return m

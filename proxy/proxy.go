@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/catalog/infoschema"
+	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -41,6 +42,12 @@ type Proxy struct {
 	auditTable  *audit.Table // nil without adminDB
 	instance    string       // instance_id, in audit records
 	leaseLabels leaseLabels  // the stale-write metric's lease label values
+	// logLimit bounds the log lines of events a client can repeat at will
+	// (rejected writes, refusals, failed logins); its summary goroutine
+	// ends with stopLog.
+	logLimit *logging.Limiter
+	stopLog  chan struct{}
+	logDone  chan struct{} // closed when the summary goroutine has written its last summary
 
 	rt       atomic.Pointer[runtime]
 	updateMu sync.Mutex // serialises Update
@@ -100,6 +107,8 @@ type Options struct {
 	// InstanceID overrides instance_id (and its default, the hostname
 	// and listen port).
 	InstanceID string
+	// LogLimit rate-limits repetitive log lines; nil: logging's defaults.
+	LogLimit *logging.Limiter
 }
 
 // New builds a proxy for cfg. The backend and TLS settings are fixed for the
@@ -110,6 +119,9 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		metrics:     opts.Metrics,
 		audit:       opts.Audit,
 		adminDB:     opts.AdminDB,
+		logLimit:    opts.LogLimit,
+		stopLog:     make(chan struct{}),
+		logDone:     make(chan struct{}),
 		backendAddr: cfg.Backend.Address,
 		backendMode: cfg.Backend.TLS,
 		conns:       map[*clientConn]struct{}{},
@@ -121,6 +133,9 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 	}
 	if p.metrics == nil {
 		p.metrics = NewMetrics(nil)
+	}
+	if p.logLimit == nil {
+		p.logLimit = logging.NewLimiter(0, 0)
 	}
 	if p.audit == nil {
 		p.audit, _ = audit.Open(audit.File{}, 256)
@@ -144,6 +159,10 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		p.startCatalog(r)
 	}
 	p.startAuditTable(cfg)
+	go func() {
+		defer close(p.logDone)
+		p.logLimit.Run(p.logger, p.stopLog)
+	}()
 	return p, nil
 }
 
@@ -309,6 +328,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.draining.Swap(true) {
 		close(p.done)
+		// After the connections end, so that their last lines count: the
+		// final summary is written before Shutdown returns.
+		defer func() {
+			close(p.stopLog)
+			<-p.logDone
+		}()
 	}
 	for l := range p.listeners {
 		l.Close()
@@ -336,6 +361,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	<-finished
+	if n == 1 {
+		return errors.New("shutdown deadline: force-closed 1 connection")
+	}
 	return fmt.Errorf("shutdown deadline: force-closed %d connections", n)
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,6 +84,20 @@ func TestServeAdminTLSAndToken(t *testing.T) {
 		} else {
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	// "fenceproxy listening" is said once both listeners are bound: after
+	// the admin endpoint's line, naming it.
+	var listening string
+	for time.Now().Before(deadline) && listening == "" {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, `msg="fenceproxy listening"`) {
+				listening = l
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(listening, "admin="+addr) || strings.Index(logs.String(), "fenceproxy listening") < strings.Index(logs.String(), "admin endpoint listening") {
+		t.Errorf("'fenceproxy listening' before the admin endpoint, or without its address:\n%s", logs.String())
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: certs.CAPool}}, Timeout: 10 * time.Second}
 	get := func(url, token string) int {

@@ -112,9 +112,7 @@ func runAudit(af *auditFlags, stdout, stderr io.Writer) error {
 		return fail(exitDB, "%v", err)
 	}
 	if len(recs) == 0 {
-		if !af.lf.json {
-			fmt.Fprintln(stderr, "no audit records match")
-		}
+		// Said once, by run: "fenceproxy audit: no audit records match".
 		return &exitError{code: exitRefused, err: errors.New("no audit records match")}
 	}
 	if af.lf.json {

@@ -156,8 +156,18 @@ func TestAuditCommandFindsAStaleWrite(t *testing.T) {
 			if tt.code == exitOK && len(jsonLines(t, r.stdout)) != 1 {
 				t.Fatalf("stdout: %s", r.stdout)
 			}
+			if n := strings.Count(r.stderr, "no audit records match"); tt.code == exitRefused && n != 1 {
+				t.Errorf("'no audit records match' said %d times: %q", n, r.stderr)
+			}
 		})
 	}
+	t.Run("nothing matches, as a table", func(t *testing.T) {
+		r := cli(t, "audit", "--dsn", st.dsn, "--lease", "invoice:other")
+		wantCode(t, r, exitRefused, "audit with nothing to show")
+		if r.stdout != "" || r.stderr != "fenceproxy audit: no audit records match\n" {
+			t.Errorf("stdout %q, stderr %q", r.stdout, r.stderr)
+		}
+	})
 	t.Run("database down", func(t *testing.T) {
 		r := cli(t, "audit", "--dsn", "u:p@tcp(127.0.0.1:1)/x", "--timeout", "2s")
 		wantCode(t, r, exitDB, "audit against a closed port")

@@ -107,6 +107,56 @@ func TestCompletion(t *testing.T) {
 			t.Fatalf("completion %s printed %q", shell, r.stdout[:min(len(r.stdout), 200)])
 		}
 	}
+	// A shell without a script is a usage error naming the shells there are.
+	r := cli(t, "completion", "tcsh")
+	wantCode(t, r, exitUsage, "completion tcsh")
+	if r.stdout != "" || !strings.Contains(r.stderr, `no completion for shell "tcsh": the shells are bash, fish, powershell, zsh`) {
+		t.Fatalf("completion tcsh: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+}
+
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 findings", 1: "1 finding", 2: "2 findings"} {
+		if got := plural(n, "finding", "findings"); got != want {
+			t.Errorf("plural(%d) = %q", n, got)
+		}
+	}
+	path := writeConfig(t, "listen: 127.0.0.1:0\nadmin: \"\"\ntables:\n  - name: app.t\n    lease: x\n")
+	r := cli(t, "check-config", path)
+	wantCode(t, r, exitOK, "check-config")
+	if !strings.Contains(r.stdout, "ok (1 protected table, mode enforce") {
+		t.Errorf("check-config: %q", r.stdout)
+	}
+	r = cli(t, "check-config", "a", "b", "c")
+	if !strings.Contains(r.stderr, "got 3 arguments") {
+		t.Errorf("three arguments: %q", r.stderr)
+	}
+}
+
+// TestServeFatalErrorOnce: a fatal error of serve (here: its port is in
+// use) is said once; with log_format json as one JSON log line, nothing
+// else on stderr.
+func TestServeFatalErrorOnce(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, format := range []string{"text", "json"} {
+		path := writeConfig(t, "listen: "+busy.Addr().String()+"\nadmin: \"\"\nlog_format: "+format+"\n")
+		r := cli(t, "serve", "--config", path)
+		wantCode(t, r, exitRefused, "serve on a busy port")
+		if n := strings.Count(r.stderr, "address already in use"); n != 1 {
+			t.Errorf("%s: the error said %d times:\n%s", format, n, r.stderr)
+		}
+		if format == "json" {
+			for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+				if !strings.HasPrefix(l, "{") || !strings.HasSuffix(l, "}") {
+					t.Errorf("not a JSON line: %q", l)
+				}
+			}
+		}
+	}
 }
 
 func writeConfig(t *testing.T, text string) string {
@@ -209,7 +259,8 @@ func TestBuildInfoMetric(t *testing.T) {
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if m.GetGauge().GetValue() != 1 || labels["version"] != version || labels["goversion"] != runtime.Version() {
+		if m.GetGauge().GetValue() != 1 || labels["version"] != version || labels["goversion"] != runtime.Version() ||
+			labels["revision"] != vcsRevision() || labels["revision"] == "" {
 			t.Fatalf("fenceproxy_build_info: %v = %v", labels, m.GetGauge().GetValue())
 		}
 		return

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
@@ -146,7 +147,9 @@ audit:
 	proxyDone := make(chan error, 1)
 	level := new(slog.LevelVar)
 	level.Set(slog.LevelError)
-	go func() { proxyDone <- serve(proxyCtx, func() {}, reloader, newLogger(os.Stderr, "text", level), level) }()
+	go func() {
+		proxyDone <- serve(proxyCtx, func() {}, reloader, logging.New(os.Stderr, logging.FormatText, level), level)
+	}()
 	if err := awaitListening(ctx, listen); err != nil {
 		return err
 	}
@@ -193,7 +196,7 @@ audit:
 		return err
 	}
 	n, _ := res.RowsAffected()
-	d.step("[B]", "UPDATE reconciliation_runs SET status = 'done', result = 'B: ...'  -> %d row", n)
+	d.step("[B]", "UPDATE reconciliation_runs SET status = 'done', result = 'B: ...'  -> %s", plural(int(n), "row", "rows"))
 	var released int
 	if err := b.QueryRowContext(ctx, "SELECT fence_release()").Scan(&released); err != nil {
 		return err
@@ -206,7 +209,7 @@ audit:
 		return err
 	}
 	n, _ = res.RowsAffected()
-	d.step("[A]", "UPDATE reconciliation_runs SET status = 'done', result = 'A: ...'  -> %d rows", n)
+	d.step("[A]", "UPDATE reconciliation_runs SET status = 'done', result = 'A: ...'  -> %s", plural(int(n), "row", "rows"))
 	d.step("", "fenceproxy added the fence; the database found token %d stale and matched nothing.", tokA.Int64)
 
 	var status, result, worker string

@@ -83,7 +83,7 @@ func newDoctorCommand(stdout, _ io.Writer) *cobra.Command {
 				}
 			}
 			if len(rep.Findings) > 0 {
-				return fail(exitRefused, "%d findings", len(rep.Findings))
+				return fail(exitRefused, "%s", plural(len(rep.Findings), "finding", "findings"))
 			}
 			return nil
 		},

@@ -36,10 +36,21 @@ func main() {
 type exitError struct {
 	code int
 	err  error
+	// reported: the command has said it already (serve logs its fatal
+	// error in the log's format); run prints nothing more.
+	reported bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
+
+// reported marks err (an *exitError) as already told to the user.
+func reported(err error) error {
+	if ee, ok := err.(*exitError); ok {
+		ee.reported = true
+	}
+	return err
+}
 
 func fail(code int, format string, a ...any) error {
 	return &exitError{code: code, err: fmt.Errorf(format, a...)}
@@ -62,6 +73,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code
+		if ee.reported {
+			return code
+		}
 	}
 	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), cleanMessage(err.Error()))
 	if code == exitUsage {
@@ -89,7 +103,30 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	for _, sub := range subcommands {
 		root.AddCommand(sub(stdout, stderr))
 	}
+	shellCompletion(root)
 	return root
+}
+
+// shellCompletion makes cobra's completion command refuse a shell it has
+// no script for (cobra prints its help and exits 0), naming the ones it has.
+func shellCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		var shells []string
+		for _, sh := range c.Commands() {
+			shells = append(shells, sh.Name())
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return usageErr("no completion for shell %q: the shells are %s", args[0], strings.Join(shells, ", "))
+		}
+	}
 }
 
 // group makes cmd a command that only holds subcommands: without arguments
@@ -119,7 +156,7 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 			if n == 0 {
 				return usageErr("unexpected argument %q", args[0])
 			}
-			return usageErr("want %s, got %d arguments", what, len(args))
+			return usageErr("want %s, got %s", what, plural(len(args), "argument", "arguments"))
 		}
 		return nil
 	}

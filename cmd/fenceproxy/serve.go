@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/proxy/admin"
@@ -44,18 +45,26 @@ func newServeCommand(_, stderr io.Writer) *cobra.Command {
 				return configError(err)
 			}
 			cfg := reloader.Current()
-			if errs := proxy.Preflight(cfg); len(errs) > 0 {
-				return configError(errors.Join(errs...))
-			}
 			level := new(slog.LevelVar)
 			level.Set(logLevel(cfg.LogLevel))
-			logger := newLogger(stderr, cfg.LogFormat, level)
+			logger := logging.New(stderr, cfg.LogFormat, level)
+			if errs := proxy.Preflight(cfg); len(errs) > 0 {
+				if cfg.LogFormat == logging.FormatJSON {
+					// Every line of a JSON log is JSON, its last one too.
+					for _, e := range errs {
+						logger.Error("config refused", "err", e)
+					}
+					return reported(configError(errors.Join(errs...)))
+				}
+				return configError(errors.Join(errs...))
+			}
 
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			if err := serve(ctx, stop, reloader, logger, level); err != nil {
+				// Said once, in the log's format; not again on stderr.
 				logger.Error("fenceproxy stopped", "err", err)
-				return fail(exitRefused, "%v", err)
+				return reported(fail(exitRefused, "%v", err))
 			}
 			return nil
 		},
@@ -86,8 +95,8 @@ func newCheckConfigCommand(stdout, _ io.Writer) *cobra.Command {
 			if len(errs) > 0 {
 				return configError(errors.Join(errs...))
 			}
-			fmt.Fprintf(stdout, "%s: ok (%d protected tables, mode %s, on_stale %s)\n",
-				args[0], len(cfg.Tables), cfg.Fencing.Mode, cfg.Fencing.OnStale)
+			fmt.Fprintf(stdout, "%s: ok (%s, mode %s, on_stale %s)\n",
+				args[0], plural(len(cfg.Tables), "protected table", "protected tables"), cfg.Fencing.Mode, cfg.Fencing.OnStale)
 			if connect {
 				fmt.Fprintf(stdout, "backend %s: reachable\n", cfg.Backend.Address)
 			}
@@ -161,6 +170,7 @@ func checkBackend(cfg *policy.Config) []error {
 // configuration on SIGHUP.
 func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, logger *slog.Logger, level *slog.LevelVar) error {
 	cfg := reloader.Current()
+	logging.Install(logger)
 	applyThreads(cfg, logger)
 	reg := prometheus.NewRegistry()
 	metrics, reloadOK, reloadTime := registerMetrics(reg)
@@ -185,19 +195,8 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		ln.Close()
 		return err
 	}
-	tables := make([]string, len(cfg.Tables))
-	for i, t := range cfg.Tables {
-		tables[i] = t.Name
-	}
-	auditDest := cfg.Audit.File
-	if auditDest == "" {
-		auditDest = "(no file: log, metrics and /audit only)"
-	}
-	logger.Info("fenceproxy listening", "version", version, "config", cfg.Path, "listen", ln.Addr().String(),
-		"backend", cfg.Backend.Address, "protected_tables", strings.Join(tables, ","),
-		"mode", cfg.Fencing.Mode, "on_stale", cfg.Fencing.OnStale, "audit", auditDest, "instance", p.Instance())
-
 	var adminSrv *http.Server
+	adminAddr := ""
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
@@ -221,13 +220,27 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 				Token: token, ProtectProbes: cfg.AdminAuth.ProtectProbes},
 			ReadHeaderTimeout: 5 * time.Second,
 			TLSConfig:         tlsCfg,
+			ErrorLog:          logging.HTTPErrorLog(logger, "admin_http"),
 		}
 		if tlsCfg != nil {
 			aln = tls.NewListener(aln, tlsCfg)
 		}
 		go adminSrv.Serve(aln)
-		logger.Info("admin endpoint listening", "admin", aln.Addr().String(), "tls", tlsCfg != nil, "token", token != "")
+		adminAddr = aln.Addr().String()
+		logger.Info("admin endpoint listening", "admin", adminAddr, "tls", tlsCfg != nil, "token", token != "")
 	}
+	// Said once both listeners are bound: what it names can be reached.
+	tables := make([]string, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		tables[i] = t.Name
+	}
+	auditDest := cfg.Audit.File
+	if auditDest == "" {
+		auditDest = "(no file: log, metrics and /audit only)"
+	}
+	logger.Info("fenceproxy listening", "version", version, "config", cfg.Path, "listen", ln.Addr().String(),
+		"admin", adminAddr, "backend", cfg.Backend.Address, "protected_tables", strings.Join(tables, ","),
+		"mode", cfg.Fencing.Mode, "on_stale", cfg.Fencing.OnStale, "audit", auditDest, "instance", p.Instance())
 
 	notify := func(state ...string) {
 		if err := sdNotify(state...); err != nil {
@@ -313,9 +326,9 @@ func registerMetrics(reg prometheus.Registerer) (m *proxy.Metrics, reloadOK, rel
 	reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fenceproxy_config_last_reload_success_timestamp_seconds", Help: "Time of the last successful configuration reload."})
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fenceproxy_build_info", Help: "Always 1; the labels say which fenceproxy build runs."},
-		[]string{"version", "goversion"})
-	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+		Name: "fenceproxy_build_info", Help: "Always 1; the labels say which fenceproxy build runs (revision: the VCS commit it was built from, \"unknown\" without one)."},
+		[]string{"version", "goversion", "revision"})
+	buildInfo.WithLabelValues(version, runtime.Version(), vcsRevision()).Set(1)
 	reg.MustRegister(reloadOK, reloadTime, buildInfo)
 	return m, reloadOK, reloadTime
 }
@@ -346,12 +359,4 @@ func logLevel(s string) slog.Level {
 		return slog.LevelInfo
 	}
 	return l
-}
-
-func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }
