@@ -70,6 +70,7 @@ type Trigger struct {
 	Schema, Name string // the trigger's schema is its table's
 	Table        string // EVENT_OBJECT_TABLE
 	Event        Op     // EVENT_MANIPULATION
+	Timing       string // ACTION_TIMING: BEFORE or AFTER
 	Body         string // ACTION_STATEMENT; "" when the account may not see it
 	SQLMode      string // the sql_mode the body was created under
 }

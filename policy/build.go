@@ -25,6 +25,9 @@ func NewPolicy(version uint64, f Fencing, tables []Table) (*Policy, error) {
 		Mode:       f.Mode,
 		Tables:     make([]Table, len(tables)),
 		byName:     make(map[string]*Table, len(tables)),
+
+		DatabaseGuard: f.DatabaseGuard,
+		GuardExempt:   exemptAccounts(f.DatabaseGuardExempt),
 	}
 	copy(p.Tables, tables)
 	for i := range p.Tables {

@@ -31,6 +31,8 @@ func TestDefaults(t *testing.T) {
 			Variables:  Variables{Lease: "fence_lease", Owner: "fence_owner", Token: "fence_token"},
 			OnStale:    "zero_rows",
 			Mode:       "enforce",
+
+			DatabaseGuard: "off",
 		},
 		Audit: Audit{MaxSizeMB: 100, MaxBackups: 10, QueueSize: 10000},
 		Path:  "d.yaml",

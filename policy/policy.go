@@ -131,6 +131,13 @@ type Fencing struct {
 	Variables  Variables `yaml:"variables"`
 	OnStale    string    `yaml:"on_stale"` // zero_rows | error (default zero_rows)
 	Mode       string    `yaml:"mode"`     // enforce | shadow (default enforce)
+	// DatabaseGuard: off (default) | triggers: guard triggers on every
+	// protected table (installed by fenceproxy init --config) check the
+	// fence inside the database for every write, through the proxy or not.
+	DatabaseGuard string `yaml:"database_guard"`
+	// DatabaseGuardExempt: accounts whose writes the guard triggers let
+	// through without a fence (user or user@host, matched on USER()).
+	DatabaseGuardExempt []string `yaml:"database_guard_exempt"`
 }
 
 // Variables names the session user variables (without '@') holding the fence context.
@@ -226,6 +233,10 @@ type Policy struct {
 	OnStale    string
 	Mode       string
 	Tables     []Table // validated: unique, schema and table set
+	// DatabaseGuard is fencing.database_guard (GuardOff or GuardTriggers),
+	// GuardExempt its exempt accounts.
+	DatabaseGuard string
+	GuardExempt   []lease.Account
 
 	byName map[string]*Table // key: lower(schema) + "." + lower(table)
 }

@@ -150,6 +150,7 @@ func (f *Fencing) fillDefaults() {
 	setDefault(&f.Variables.Token, DefaultTokenVar)
 	setDefault(&f.OnStale, OnStaleZeroRows)
 	setDefault(&f.Mode, ModeEnforce)
+	setDefault(&f.DatabaseGuard, GuardOff)
 }
 
 func setDefault(s *string, def string) {
@@ -169,6 +170,7 @@ func (f *Fencing) check() []problem {
 	add("fencing.lease_table", checkLeaseTable(f.LeaseTable))
 	add("fencing.on_stale", oneOf(f.OnStale, onStaleValues))
 	add("fencing.mode", oneOf(f.Mode, modes))
+	ps = append(ps, f.checkGuard()...)
 	vars := []struct{ key, name string }{
 		{"lease", f.Variables.Lease}, {"owner", f.Variables.Owner}, {"token", f.Variables.Token},
 	}

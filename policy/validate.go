@@ -74,6 +74,7 @@ func (c *Config) fillDefaults(d *decoder) {
 	str("fencing.variables.token", &c.Fencing.Variables.Token, DefaultTokenVar)
 	str("fencing.on_stale", &c.Fencing.OnStale, OnStaleZeroRows)
 	str("fencing.mode", &c.Fencing.Mode, ModeEnforce)
+	str("fencing.database_guard", &c.Fencing.DatabaseGuard, GuardOff)
 	if !d.has("audit.max_size_mb") {
 		c.Audit.MaxSizeMB = DefaultAuditMaxSizeMB
 	}
@@ -152,6 +153,7 @@ func (c *Config) validate(d *decoder) {
 		d.fail(p.field, p.reason)
 	}
 	c.validateTables(d)
+	c.validateGuard(d)
 	c.Audit.validate(d)
 	c.Audit.validateTable(d, c.Backend.User != "")
 	c.validateAdmin(d)

@@ -102,7 +102,7 @@ func (p *Proxy) catalogOptions(pol *policy.Policy) (*catalog.Closure, string) {
 	}
 	var c *catalog.Closure
 	if st.Snapshot != nil {
-		c = catalog.Close(st.Snapshot, rewrite.ProtectedFor(pol))
+		c = catalog.Close(withoutGuardTriggers(st.Snapshot, pol), rewrite.ProtectedFor(pol))
 	}
 	stale := ""
 	if st.Err != nil {

@@ -26,6 +26,9 @@ type Metrics struct {
 	AuditTableDropped   prometheus.Counter
 	LeaseCalls          *prometheus.CounterVec
 	Draining            prometheus.Gauge
+	// DatabaseGuardMissing: 1 for a protected table whose guard triggers
+	// are missing or outdated (its writes are refused), 0 when current.
+	DatabaseGuardMissing *prometheus.GaugeVec
 
 	// per command byte; unknown commands share the "other" children
 	commands      [256]prometheus.Counter
@@ -88,6 +91,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenceproxy_lease_calls_total", Help: "SQL lease functions answered by the proxy, by function and result: ok (acquired, renewed, released, status read), held (fence_acquire: held by another owner), lost (fence_renew/fence_release: the session's lease expired, was taken over or released), error."},
 			[]string{"func", "result"}),
 	}
+	m.DatabaseGuardMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fenceproxy_database_guard_missing",
+		Help: "With fencing.database_guard: triggers, 1 for a protected table whose guard triggers are missing or outdated (writes to it are refused until fenceproxy init installs them), 0 when they are current."},
+		[]string{"table"})
 	// Histogram children only for the commands apps use all the time;
 	// the rest are counted and timed under "other" to keep /metrics short.
 	other := m.Commands.WithLabelValues("other")
@@ -114,7 +121,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,
-			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining)
+			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining,
+			m.DatabaseGuardMissing)
 	}
 	return m
 }

@@ -54,6 +54,7 @@ type Proxy struct {
 
 	catalog  *catalogWatch // nil: no catalog (see catalog.go)
 	catState atomic.Pointer[infoschema.State]
+	guard    dbGuard // guard triggers (dbguard.go); under updateMu
 
 	backendAddr string
 	backendTLS  *tls.Config // nil: plain
@@ -92,6 +93,10 @@ type runtime struct {
 	// (for logs), changed or not, and knows nothing of the catalog.
 	gen         uint64
 	fingerprint string
+	// unguarded: protected tables whose guard triggers are missing or
+	// outdated (fencing.database_guard: triggers), by lower-case
+	// schema.table: writes to them are refused (dbguard.go).
+	unguarded map[string]string
 }
 
 // Options are the proxy's collaborators.
@@ -154,6 +159,12 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		p.ownsAdminDB = p.adminDB != nil
 	}
 	p.instance = instanceID(cfg, opts.InstanceID)
+	if err := p.startGuards(cfg, pol); err != nil {
+		if p.ownsAdminDB {
+			p.adminDB.Close()
+		}
+		return nil, err
+	}
 	p.Update(cfg, pol)
 	if r := cfg.Catalog.Refresh.D(); r > 0 && p.adminDB != nil {
 		p.startCatalog(r)
@@ -171,6 +182,9 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 func (p *Proxy) Update(cfg *policy.Config, pol *policy.Policy) {
 	p.updateMu.Lock()
 	defer p.updateMu.Unlock()
+	if pol != nil {
+		p.reloadGuards(cfg, pol)
+	}
 	p.install(cfg, pol)
 }
 
@@ -182,8 +196,10 @@ func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 	// The rewriter runs even with no protected table: the SQL lease
 	// functions are the proxy's to answer in every configuration.
 	cat, stale := p.catalogOptions(pol)
-	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale),
-		engine: newRewriter(pol, cfg.Limits.RewriteCache, cat, stale)}
+	unguarded := p.unguarded(pol)
+	p.setGuardMetric(pol, unguarded)
+	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale) + guardFingerprint(unguarded),
+		engine: newRewriter(pol, cfg.Limits.RewriteCache, cat, stale), unguarded: unguarded}
 	if old := p.rt.Load(); old != nil {
 		rt.gen = old.gen
 		if old.fingerprint != rt.fingerprint {

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/lease"
 )
 
 // One walker reads every backend response of OK, ERR and result-set form:
@@ -226,6 +228,9 @@ func (r *relayer) ok(payload []byte, n int, ok okPacket, final bool) error {
 func (r *relayer) err(payload []byte, n int, inSet bool) error {
 	c := r.c
 	c.x.lastErr = true
+	if e := parseErr(payload); e.code == lease.GuardErrno && e.state == lease.GuardSQLState {
+		c.fence.auditGuardError(r.hook, e)
+	}
 	if !inSet {
 		code := parseErr(payload).code
 		if r.hook != nil {

@@ -245,6 +245,7 @@ func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decis
 	if d.Action == rewrite.Refuse && c.charsetUnknown && c.learnCharset() {
 		d = ask(sql, c.srv, &c.sess)
 	}
+	d = c.unguardedRefusal(rt, d)
 	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
 		d = c.fence.shadow(rt, d, sql)
 	}

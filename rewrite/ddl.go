@@ -3,6 +3,7 @@ package rewrite
 import (
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
@@ -211,4 +212,29 @@ func shadowWhy(e *Engine, p *policy.Table) string {
 	}
 	return "would shadow it for this session, and the session's writes would go " +
 		"to the temporary table; use another name for temporary tables"
+}
+
+// guardTriggerDDL refuses DROP TRIGGER of a fenceproxy guard trigger
+// (fencing.database_guard, named lease.GuardTriggerPrefix...): guards are
+// fenceproxy init's to replace and remove, and an app account must not take
+// one off through the proxy. CREATE TRIGGER on a protected table is refused
+// as every stored program that names one is (programBody); ALTER of a
+// protected table by readOrRefuse. The names start with "fence_", a needle:
+// such a statement never takes the fast path.
+func (in *stmtIn) guardTriggerDDL() (stmtRes, bool) {
+	if !in.kw(0, "drop") || !in.kw(1, "trigger") {
+		return stmtRes{}, false
+	}
+	i := 2
+	if in.kw(i, "if") && in.kw(i+1, "exists") {
+		i += 2
+	}
+	if in.isName(i) && in.op(i+1, ".") && in.isName(i+2) {
+		i += 2
+	}
+	if !in.isName(i) || lease.IsGuardName(in.identName(i)) {
+		return in.refuse("", "DROP TRIGGER of a fenceproxy guard trigger is refused: guard triggers are installed, "+
+			"replaced and removed by fenceproxy init --config FILE (database_guard: off removes them)"), true
+	}
+	return stmtRes{}, false
 }

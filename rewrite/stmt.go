@@ -94,6 +94,9 @@ func (in *stmtIn) decideStmt() stmtRes {
 	if r, ok := in.catalogRefusal(); ok {
 		return r
 	}
+	if r, ok := in.guardTriggerDDL(); ok {
+		return r
+	}
 	if e.hasTables() {
 		if r, ok := in.forwardTokens(); ok {
 			return r

@@ -142,12 +142,12 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading information_schema.VIEWS: %w", err)
 	}
-	err = each(ctx, db, `SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE, EVENT_MANIPULATION,
+	err = each(ctx, db, `SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE, EVENT_MANIPULATION, ACTION_TIMING,
 		COALESCE(ACTION_STATEMENT, ''), SQL_MODE FROM information_schema.TRIGGERS
 		WHERE TRIGGER_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var t catalog.Trigger
 		var ev string
-		if err := r.Scan(&t.Schema, &t.Name, &t.Table, &ev, &t.Body, &t.SQLMode); err != nil {
+		if err := r.Scan(&t.Schema, &t.Name, &t.Table, &ev, &t.Timing, &t.Body, &t.SQLMode); err != nil {
 			return err
 		}
 		op, ok := catalog.ParseOp(ev)
@@ -344,7 +344,7 @@ SELECT 'views', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE
   FROM information_schema.VIEWS WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + `
 UNION ALL
 SELECT 'triggers', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE,
-    EVENT_MANIPULATION, CREATED, SQL_MODE, MD5(ACTION_STATEMENT)))), 0)
+    EVENT_MANIPULATION, ACTION_TIMING, CREATED, SQL_MODE, MD5(ACTION_STATEMENT)))), 0)
   FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA NOT IN ` + systemSchemas + `
 UNION ALL
 SELECT 'routines', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE,

@@ -16,13 +16,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
 
 	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/internal/mysqld"
-	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 )
+
+// demoPasswordEnv carries the throwaway server's root password to the
+// demo's proxy (backend.password_env).
+const demoPasswordEnv = "FENCEPROXY_DEMO_BACKEND_PASSWORD"
 
 func init() {
 	subcommands = append(subcommands, newDemoCommand)
@@ -102,9 +106,6 @@ func (d *demo) run(ctx context.Context, listen string, wait bool) error {
 			return err
 		}
 	}
-	if err := lease.CreateSchema(ctx, root, "app."+lease.DefaultTable); err != nil {
-		return err
-	}
 
 	dir, err := os.MkdirTemp("", "fenceproxy-demo-")
 	if err != nil {
@@ -124,18 +125,38 @@ func (d *demo) run(ctx context.Context, listen string, wait bool) error {
 	ln.Close()
 	auditFile := filepath.Join(dir, "audit.jsonl")
 	cfgFile := filepath.Join(dir, "fenceproxy.yaml")
+	// The proxy's own account is the throwaway server's root; its password
+	// reaches the proxy through the environment, as in production.
+	rootCfg, err := mysql.ParseDSN(srv.RootDSN(""))
+	if err != nil {
+		return err
+	}
+	os.Setenv(demoPasswordEnv, rootCfg.Passwd)
 	cfgText := fmt.Sprintf(`listen: %s
 admin: ""
 log_level: error
 backend:
   address: %s
+  user: %s
+  password_env: %s
+fencing:
+  database_guard: triggers
 tables:
   - name: app.reconciliation_runs
     lease: admin:reconciliation
 audit:
   file: %s
-`, listen, srv.Addr, auditFile)
+`, listen, srv.Addr, rootCfg.User, demoPasswordEnv, auditFile)
 	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o600); err != nil {
+		return err
+	}
+	// What fenceproxy init --config does: the lease and audit tables, and
+	// the guard triggers on the protected table.
+	cfg, err := policy.Load(cfgFile)
+	if err != nil {
+		return err
+	}
+	if _, err := initFromConfig(ctx, root, cfg); err != nil {
 		return err
 	}
 	reloader, err := policy.NewReloader(cfgFile)
@@ -211,6 +232,9 @@ audit:
 	n, _ = res.RowsAffected()
 	d.step("[A]", "UPDATE reconciliation_runs SET status = 'done', result = 'A: ...'  -> %s", plural(int(n), "row", "rows"))
 	d.step("", "fenceproxy added the fence; the database found token %d stale and matched nothing.", tokA.Int64)
+	if err := d.directStale(ctx, a, srv.Addr); err != nil {
+		return err
+	}
 
 	var status, result, worker string
 	var token int64
@@ -225,7 +249,10 @@ audit:
 	}
 
 	if !wait {
-		return nil
+		// The proxy stops before the server does: its own account's
+		// pool and audit table writer would otherwise find it gone.
+		stopProxy()
+		return <-proxyDone
 	}
 	d.say(`
 The proxy keeps running. Try it yourself (Ctrl-C to stop and remove everything):
@@ -247,6 +274,32 @@ The proxy keeps running. Try it yourself (Ctrl-C to stop and remove everything):
 	}
 	stopProxy()
 	return <-proxyDone
+}
+
+// directStale has worker A write straight to the database with its stale
+// fence, past the proxy: the guard trigger refuses it.
+func (d *demo) directStale(ctx context.Context, a *sql.Conn, dbAddr string) error {
+	d.say("\n   Worker A's job could also bypass the proxy and write to the database itself:")
+	var name, owner []byte
+	var token uint64
+	if err := a.QueryRowContext(ctx, "SELECT @fence_lease, @fence_owner, @fence_token").Scan(&name, &owner, &token); err != nil {
+		return err
+	}
+	direct, err := openOne(ctx, fmt.Sprintf("%s:%s@tcp(%s)/app", mysqld.AppUser, mysqld.AppPassword, dbAddr))
+	if err != nil {
+		return err
+	}
+	defer direct.Close()
+	if _, err := direct.ExecContext(ctx, "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", name, owner, token); err != nil {
+		return err
+	}
+	_, err = direct.ExecContext(ctx, "UPDATE reconciliation_runs SET result = 'A: stale totals' WHERE id = 1")
+	if err == nil {
+		return errors.New("the guard trigger let a stale write through")
+	}
+	d.step("[A]", "UPDATE reconciliation_runs ... on the database directly  -> %v", err)
+	d.step("", "the guard trigger that fenceproxy init installed refused it (fencing.database_guard: triggers).")
+	return nil
 }
 
 func openOne(ctx context.Context, dsn string) (*sql.Conn, error) {

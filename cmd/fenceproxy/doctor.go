@@ -16,6 +16,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/catalog"
 	"github.com/fenceproxy/fenceproxy/catalog/infoschema"
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -154,7 +155,7 @@ func doctor(ctx context.Context, db *sql.DB, pol *policy.Policy) (*doctorReport,
 		if err != nil {
 			return nil, err
 		}
-		for _, l := range catalog.Close(snap, prot).Lines() {
+		for _, l := range catalog.Close(proxy.WithoutGuardTriggers(snap, pol), prot).Lines() {
 			switch {
 			case strings.HasPrefix(l, "unfenceable "), strings.HasPrefix(l, "dynamic SQL"), strings.HasPrefix(l, "hidden body"):
 				find("catalog: %s", l)
@@ -237,6 +238,10 @@ func doctor(ctx context.Context, db *sql.DB, pol *policy.Policy) (*doctorReport,
 			continue
 		}
 		info("lease table %s: %s", name, strings.Join(cols, ", "))
+	}
+
+	if err := doctorGuard(ctx, db, pol, info, find); err != nil {
+		return nil, err
 	}
 
 	// Accounts that could bypass the fence. Every account other than this

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
 )
 
 func init() {
@@ -96,16 +97,32 @@ func openDB(lf *leaseFlags) (*sql.DB, error) {
 
 func newInitCommand(stdout, _ io.Writer) *cobra.Command {
 	var lf leaseFlags
+	var config string
 	cmd := &cobra.Command{
-		Use:   "init [--dsn DSN] [--table NAME]",
-		Short: "Create the lease and audit tables (or check existing ones)",
+		Use:   "init [--dsn DSN] [--table NAME | --config FILE]",
+		Short: "Create the lease and audit tables (or check existing ones), and the guard triggers",
 		Long: "init creates the lease table and the audit table in the DSN's database (or the schema of\n" +
 			"--table), and refuses an existing lease table whose definition would make fencing unsafe\n" +
 			"or slow. An existing lease table without the fence_writes column (which fenced writes bump\n" +
-			"on MariaDB Galera) gets it. Run it once per schema that holds protected tables.",
+			"on MariaDB Galera) gets it. Run it once per schema that holds protected tables.\n\n" +
+			"With --config it does that for the lease table of every protected table of the config, and\n" +
+			"with fencing.database_guard: triggers installs the guard triggers (BEFORE INSERT, UPDATE and\n" +
+			"DELETE) on every protected table, partitioning the lease table they read (PARTITION p0);\n" +
+			"outdated guard triggers are replaced, the tables' own triggers left alone. With\n" +
+			"database_guard: off it removes the guard triggers of the config's tables. The DSN's account\n" +
+			"becomes the triggers' definer (it needs TRIGGER, ALTER on the lease table, and SELECT on it).",
 		Args: exactArgs(0, ""),
-		RunE: func(*cobra.Command, []string) error {
-			if err := lease.ValidateTable(lf.table); err != nil {
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if config != "" && cmd.Flags().Changed("table") {
+				return usageErr("give --table or --config, not both: the config names the lease table")
+			}
+			var cfg *policy.Config
+			if config != "" {
+				var err error
+				if cfg, err = policy.Load(config); err != nil {
+					return configError(err)
+				}
+			} else if err := lease.ValidateTable(lf.table); err != nil {
 				return usageErr("%v", err)
 			}
 			db, err := openDB(&lf)
@@ -115,6 +132,18 @@ func newInitCommand(stdout, _ io.Writer) *cobra.Command {
 			defer db.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), lf.timeout)
 			defer cancel()
+			if cfg != nil {
+				rep, err := initFromConfig(ctx, db, cfg)
+				if err != nil {
+					return err
+				}
+				if lf.json {
+					writeJSON(stdout, rep)
+				} else {
+					rep.print(stdout)
+				}
+				return nil
+			}
 			if err := lease.CreateSchema(ctx, db, lf.table); err != nil {
 				return fail(exitDB, "%v", err)
 			}
@@ -131,6 +160,7 @@ func newInitCommand(stdout, _ io.Writer) *cobra.Command {
 		},
 	}
 	lf.register(cmd)
+	cmd.Flags().StringVar(&config, "config", "", "the proxy's config file: the lease tables of its protected tables, and their guard triggers")
 	return cmd
 }
 

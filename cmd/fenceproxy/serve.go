@@ -92,6 +92,9 @@ func newCheckConfigCommand(stdout, _ io.Writer) *cobra.Command {
 			if connect && len(errs) == 0 {
 				errs = append(errs, checkBackend(cfg)...)
 			}
+			if connect && len(errs) == 0 {
+				errs = append(errs, checkGuardConnect(cfg)...)
+			}
 			if len(errs) > 0 {
 				return configError(errors.Join(errs...))
 			}

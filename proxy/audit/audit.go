@@ -32,6 +32,9 @@ const (
 	// the lease first). The write did not commit; the client gets the
 	// engine's own error.
 	Conflict = "conflict"
+	// DatabaseGuard: a guard trigger (fencing.database_guard: triggers)
+	// refused the write inside the database; the client got its error.
+	DatabaseGuard = "database_guard"
 )
 
 // Record is one audit record. The first fields are the contract of

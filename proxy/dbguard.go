@@ -1,0 +1,375 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// fencing.database_guard: triggers (lease/trigger.go): guard triggers on
+// every protected table check the fence inside the database.
+//
+//   - At start (New) the proxy reads each protected table's triggers with
+//     its own account and refuses to start while one lacks its current
+//     guards, naming the table and fenceproxy init.
+//   - On every catalog refresh (and reload) it checks them again from the
+//     catalog's snapshot: writes to a table whose guards are missing or
+//     outdated are refused until they are back
+//     (fenceproxy_database_guard_missing says which).
+//   - A guard's error coming back (GuardErrno, SQLSTATE 45000) is audited
+//     as database_guard, counted, and returned as it is, whatever
+//     on_stale says: a trigger cannot skip a row.
+//   - Current guard triggers take no part in the catalog's closure: they
+//     read the lease table and (on Galera) bump its write counter under
+//     the fence, nothing else.
+
+// dbGuard is the proxy's knowledge of the guard triggers; the caller holds
+// updateMu.
+type dbGuard struct {
+	engine lease.Engine
+	known  bool // engine was learned
+	// direct: the problems found by the last check that read the
+	// triggers itself (at start, on a reload), by table key; used while
+	// there is no catalog snapshot to check against. partition: what that
+	// check found wrong with each table's lease table, which the catalog
+	// does not read. checked: the policy version it checked.
+	direct    map[string]string
+	partition map[string]string
+	checked   uint64
+}
+
+// guardTimeout bounds the proxy's own reads of the triggers.
+const guardTimeout = 10 * time.Second
+
+// tableKey is the key of a protected table in the guard's maps.
+func tableKey(schema, table string) string {
+	return strings.ToLower(schema) + "." + strings.ToLower(table)
+}
+
+// learnGuardEngine settles the engine the guard triggers are built for:
+// backend.engine when it names one, else the server's answer.
+func (p *Proxy) learnGuardEngine(ctx context.Context, cfg *policy.Config) error {
+	if p.guard.known {
+		return nil
+	}
+	switch cfg.Backend.Engine {
+	case policy.EngineGalera:
+		p.guard.engine = lease.Galera
+	case policy.EngineMariaDB, policy.EngineMySQL:
+		p.guard.engine = lease.InnoDB
+	case policy.EngineTiDB:
+		p.guard.engine = lease.TiDB
+	default:
+		if p.adminDB == nil {
+			return fmt.Errorf("fencing.database_guard: triggers needs backend.user to check the guard triggers")
+		}
+		e, _, err := lease.DetectEngine(ctx, p.adminDB)
+		if err != nil {
+			return fmt.Errorf("fencing.database_guard: cannot tell which engine the backend is: %w", err)
+		}
+		p.guard.engine = e
+	}
+	p.guard.known = true
+	return nil
+}
+
+// checkGuardsDirect reads every protected table's triggers (and its lease
+// table's partition) with the proxy's own account and returns what is
+// wrong, by table key.
+func (p *Proxy) checkGuardsDirect(cfg *policy.Config, pol *policy.Policy) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), guardTimeout)
+	defer cancel()
+	if err := p.learnGuardEngine(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if p.guard.engine == lease.TiDB {
+		return nil, fmt.Errorf("fencing.database_guard: triggers: %s", strings.TrimPrefix(lease.ErrNoTriggers.Error(), "lease: "))
+	}
+	problems := map[string]string{}
+	partitions := map[string]string{}
+	p.guard.partition = map[string]string{}
+	for _, spec := range pol.GuardSpecs(p.guard.engine) {
+		want, err := lease.GuardTriggers(spec)
+		if err != nil {
+			return nil, err
+		}
+		have, err := lease.ReadTriggers(ctx, p.adminDB, spec.Schema, spec.Table)
+		if err != nil {
+			return nil, err
+		}
+		why := lease.Missing(lease.CheckGuardTriggers(want, have))
+		lk := tableKey(spec.Fence.Schema, spec.Fence.Table)
+		part, seen := partitions[lk]
+		if !seen {
+			if part, err = lease.GuardPartitionProblem(ctx, p.adminDB, spec.Fence.Schema, spec.Fence.Table); err != nil {
+				return nil, err
+			}
+			partitions[lk] = part
+		}
+		if part != "" {
+			p.guard.partition[tableKey(spec.Schema, spec.Table)] = part
+			why = strings.TrimPrefix(why+"; "+part, "; ")
+		}
+		if why != "" {
+			problems[tableKey(spec.Schema, spec.Table)] = why
+		}
+	}
+	return problems, nil
+}
+
+// startGuards is New's check: an error when the proxy must not start.
+func (p *Proxy) startGuards(cfg *policy.Config, pol *policy.Policy) error {
+	if pol.DatabaseGuard != policy.GuardTriggers {
+		return nil
+	}
+	problems, err := p.checkGuardsDirect(cfg, pol)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("fencing.database_guard: triggers: %s; install them with: fenceproxy init --config %s",
+			describeGuardProblems(pol, problems), cfg.Path)
+	}
+	p.guard.direct, p.guard.checked = problems, pol.Version
+	return nil
+}
+
+// reloadGuards is Update's: a reload that turns the guard on, or one
+// without a catalog to check against, reads the triggers itself.
+func (p *Proxy) reloadGuards(cfg *policy.Config, pol *policy.Policy) {
+	if pol.DatabaseGuard != policy.GuardTriggers || pol.Version == p.guard.checked || (p.guard.known && p.catalog != nil) {
+		return
+	}
+	problems, err := p.checkGuardsDirect(cfg, pol)
+	if err != nil {
+		// Unverified: every protected table counts as unguarded.
+		problems = map[string]string{}
+		for _, t := range pol.Tables {
+			problems[tableKey(t.Schema, t.Table)] = "not checked: " + err.Error()
+		}
+	}
+	p.guard.direct, p.guard.checked = problems, pol.Version
+}
+
+func describeGuardProblems(pol *policy.Policy, problems map[string]string) string {
+	var parts []string
+	for _, t := range pol.Tables {
+		if why, bad := problems[tableKey(t.Schema, t.Table)]; bad {
+			parts = append(parts, t.Name+" ("+why+")")
+		}
+	}
+	return "the guard triggers of " + strings.Join(parts, ", ") + " are missing or outdated"
+}
+
+// unguarded returns the protected tables whose guard triggers are not
+// current, by table key, from the catalog's snapshot when there is one.
+func (p *Proxy) unguarded(pol *policy.Policy) map[string]string {
+	if pol.DatabaseGuard != policy.GuardTriggers {
+		return nil
+	}
+	st := p.catState.Load()
+	if st == nil || st.Snapshot == nil || !p.guard.known {
+		return p.guard.direct
+	}
+	byTable := map[string][]lease.InstalledTrigger{}
+	for _, t := range st.Snapshot.Triggers {
+		k := tableKey(t.Schema, t.Table)
+		byTable[k] = append(byTable[k], installedOf(t)...)
+	}
+	problems := map[string]string{}
+	for _, spec := range pol.GuardSpecs(p.guard.engine) {
+		want, err := lease.GuardTriggers(spec)
+		k := tableKey(spec.Schema, spec.Table)
+		if err != nil {
+			problems[k] = err.Error()
+			continue
+		}
+		if why := lease.Missing(lease.CheckGuardTriggers(want, byTable[k])); why != "" {
+			problems[k] = why
+		}
+	}
+	// What only the direct check reads (the lease table's partition)
+	// stays as it found it.
+	for k, why := range p.guard.partition {
+		problems[k] = strings.TrimPrefix(problems[k]+"; "+why, "; ")
+	}
+	return problems
+}
+
+// installedOf turns a catalog trigger into the lease package's view, one
+// per event.
+func installedOf(t catalog.Trigger) []lease.InstalledTrigger {
+	var out []lease.InstalledTrigger
+	for _, ev := range []catalog.Op{catalog.OpInsert, catalog.OpUpdate, catalog.OpDelete} {
+		if t.Event&ev != 0 {
+			out = append(out, lease.InstalledTrigger{Name: t.Name, Event: ev.String(), Timing: t.Timing, Body: t.Body, SQLMode: t.SQLMode})
+		}
+	}
+	return out
+}
+
+// setGuardMetric publishes which protected tables lack their guards.
+func (p *Proxy) setGuardMetric(pol *policy.Policy, problems map[string]string) {
+	g := p.metrics.DatabaseGuardMissing
+	g.Reset()
+	if pol.DatabaseGuard != policy.GuardTriggers {
+		return
+	}
+	for _, t := range pol.Tables {
+		v := 0.0
+		if _, bad := problems[tableKey(t.Schema, t.Table)]; bad {
+			v = 1
+		}
+		g.WithLabelValues(t.Schema + "." + t.Table).Set(v)
+	}
+}
+
+// guardFingerprint: prepared statements are decided again when the set of
+// unguarded tables changes.
+func guardFingerprint(problems map[string]string) string {
+	if len(problems) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(problems))
+	for k := range problems {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return "|unguarded=" + strings.Join(keys, ",")
+}
+
+// withoutGuardTriggers is snap without the triggers that are a protected
+// table's guard (their exact bodies, for either engine): the catalog does
+// not count them as writing anything.
+func withoutGuardTriggers(snap *catalog.Snapshot, pol *policy.Policy) *catalog.Snapshot {
+	if snap == nil || len(pol.Tables) == 0 {
+		return snap
+	}
+	bodies := map[string]bool{}
+	for _, e := range []lease.Engine{lease.InnoDB, lease.Galera} {
+		for _, spec := range pol.GuardSpecs(e) {
+			if gs, err := lease.GuardTriggers(spec); err == nil {
+				bodies[tableKey(spec.Schema, spec.Table)+"\x00"+gs[0].Body] = true
+			}
+		}
+	}
+	var keep []catalog.Trigger
+	dropped := false
+	for _, t := range snap.Triggers {
+		if lease.IsGuardName(t.Name) && bodies[tableKey(t.Schema, t.Table)+"\x00"+t.Body] {
+			dropped = true
+			continue
+		}
+		keep = append(keep, t)
+	}
+	if !dropped {
+		return snap
+	}
+	out := *snap
+	out.Triggers = keep
+	return &out
+}
+
+// WithoutGuardTriggers is withoutGuardTriggers for doctor.
+func WithoutGuardTriggers(snap *catalog.Snapshot, pol *policy.Policy) *catalog.Snapshot {
+	return withoutGuardTriggers(snap, pol)
+}
+
+// unguardedRefusal refuses a decision that writes a protected table whose
+// guard triggers are missing or outdated.
+func (c *clientConn) unguardedRefusal(rt *runtime, d rewrite.Decision) rewrite.Decision {
+	if len(rt.unguarded) == 0 || d.Action == rewrite.Refuse || d.Action == rewrite.Answer {
+		return d
+	}
+	for i := range d.Stmts {
+		st := &d.Stmts[i]
+		fences := []*rewrite.Fence{st.Fence}
+		if st.Prepared != nil {
+			fences = append(fences, st.Prepared.Fence)
+		}
+		if st.Kind == rewrite.Execute {
+			if ps := c.named[st.Name]; ps != nil {
+				fences = append(fences, ps.stmt.Fence)
+			}
+		}
+		for _, f := range fences {
+			if f == nil {
+				continue
+			}
+			for _, tg := range f.Targets {
+				if why, bad := rt.unguarded[tableKey(tg.Schema, tg.Table)]; bad {
+					return rewrite.Decision{Action: rewrite.Refuse, Refusal: &rewrite.Refusal{Table: tg.Schema + "." + tg.Table,
+						Reason: "its guard triggers are missing or outdated (" + why + "), so writes to it are refused until they are " +
+							"back: run fenceproxy init --config FILE against the database"}}
+				}
+			}
+		}
+	}
+	return d
+}
+
+// auditGuardError records a guard trigger's refusal (an ERR with
+// GuardErrno and SQLSTATE 45000) before its ERR reaches the client
+// unchanged. The message names the table and lease; a client can SIGNAL
+// the same itself, so a table the policy does not protect is recorded as
+// such and never becomes a metric label of its own.
+func (fg *fencing) auditGuardError(hook resultHook, e errInfo) {
+	c := fg.c
+	rt := c.p.rt.Load()
+	if t, ok := hook.(*tracker); ok && t.rt != nil {
+		rt = t.rt
+	}
+	if rt == nil {
+		return
+	}
+	ref, ok := lease.ParseGuardError(e.msg)
+	rec := audit.Record{Reason: audit.DatabaseGuard, Outcome: "error"}
+	var fence *rewrite.Fence
+	if t, isT := hook.(*tracker); isT {
+		if st := t.current(); st != nil {
+			fence = t.fenceOf(st)
+		}
+	}
+	how := "a statement fenceproxy forwarded unchanged (it did not see it write a protected table)"
+	if fence != nil {
+		rec.Digest = fence.Digest
+		how = "a write fenceproxy fenced (the trigger read the lease differently: it expired, or the session's fence changed, in between)"
+	}
+	switch {
+	case !ok:
+		rec.Table = "_unknown"
+		rec.Detail = "an error " + strconv.Itoa(lease.GuardErrno) + " (45000) that is not a guard trigger's message, from " + how
+	default:
+		rec.Table, rec.Lease = ref.Table, ref.Lease
+		if i := strings.IndexByte(ref.Table, '.'); i < 0 {
+			rec.Table = "_unknown"
+		} else if t, prot := rt.policy.Lookup(ref.Table[:i], ref.Table[i+1:]); !prot {
+			rec.Table = "_unknown"
+		} else {
+			rec.Table = t.Name
+		}
+		rec.Detail = "the guard trigger of " + ref.Table + " refused the write (" + string(ref.Reason) + ") in " + how
+	}
+	fg.writeAudit(rec, rt)
+	if fence == nil {
+		c.log().Warn("a guard trigger refused a write fenceproxy did not fence", "table", rec.Table, "lease", rec.Lease)
+	}
+}
+
+// CheckDatabaseGuard is serve's start-up check of the guard triggers, over
+// db (the proxy's own account), for check-config --connect: nil when serve
+// would start.
+func CheckDatabaseGuard(cfg *policy.Config, db *sql.DB) error {
+	p := &Proxy{adminDB: db}
+	return p.startGuards(cfg, cfg.Policy(1))
+}
