@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
@@ -361,10 +362,15 @@ func (fg *fencing) auditGuardError(hook resultHook, e errInfo) {
 		rec.Detail = "the guard trigger of " + ref.Table + " refused the write (" + string(ref.Reason) + ") in " + how
 	}
 	fg.writeAudit(rec, rt)
-	if fence == nil {
-		c.log().Warn("a guard trigger refused a write fenceproxy did not fence", "table", rec.Table, "lease", rec.Lease)
+	// A write that reached the guard past the proxy's own fence is a gap
+	// in what the proxy reads: worth a line of its own (rate-limited: a
+	// client can SIGNAL the same error at will).
+	if fence == nil && c.p.logLimit.Allow(logging.Key{Event: msgGuardUnfenced, Reason: rec.Reason, Table: rec.Table}) {
+		c.log().Warn(msgGuardUnfenced, "table", rec.Table, "lease", rec.Lease)
 	}
 }
+
+const msgGuardUnfenced = "a guard trigger refused a write fenceproxy did not fence"
 
 // CheckDatabaseGuard is serve's start-up check of the guard triggers, over
 // db (the proxy's own account), for check-config --connect: nil when serve
