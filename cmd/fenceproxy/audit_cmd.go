@@ -211,7 +211,7 @@ func printAuditTable(w io.Writer, recs []audit.Record) {
 		if s == "" {
 			return "-"
 		}
-		return s
+		return termSafe(s)
 	}
 	for _, r := range recs {
 		stmt := r.Digest
@@ -219,22 +219,16 @@ func printAuditTable(w io.Writer, recs []audit.Record) {
 			stmt += " (" + r.Detail + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%d\t%s\n",
-			r.Time.Format("2006-01-02 15:04:05.000"), r.Reason, dash(r.Outcome), r.Mode, dash(r.Table), dash(r.Lease),
+			r.Time.Format("2006-01-02 15:04:05.000"), dash(r.Reason), dash(r.Outcome), dash(r.Mode), dash(r.Table), dash(r.Lease),
 			tok(r.PresentedToken), tok(r.CurrentToken), dash(r.User), dash(r.ClientHost), dash(r.Program), dash(r.Instance),
 			r.ConnID, oneLine(dash(stmt), 100))
 	}
 	tw.Flush()
 }
 
-// oneLine keeps a table row on one line: newlines and tabs become spaces,
-// and long statements are cut.
+// oneLine keeps a statement on one line of the table (dash escaped its
+// line breaks and tabs) and cuts a long one.
 func oneLine(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' || r == '\t' {
-			return ' '
-		}
-		return r
-	}, s)
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}

@@ -74,13 +74,13 @@ func newDoctorCommand(stdout, _ io.Writer) *cobra.Command {
 				enc.Encode(rep)
 			} else {
 				for _, l := range rep.Closure {
-					fmt.Fprintln(stdout, "catalog: "+l)
+					fmt.Fprintln(stdout, "catalog: "+termSafe(l))
 				}
 				for _, l := range rep.Info {
-					fmt.Fprintln(stdout, "info: "+l)
+					fmt.Fprintln(stdout, "info: "+termSafe(l))
 				}
 				for _, l := range rep.Findings {
-					fmt.Fprintln(stdout, "finding: "+l)
+					fmt.Fprintln(stdout, "finding: "+termSafe(l))
 				}
 			}
 			if len(rep.Findings) > 0 {

@@ -154,7 +154,7 @@ func newInitCommand(stdout, _ io.Writer) *cobra.Command {
 			if lf.json {
 				writeJSON(stdout, map[string]string{"lease_table": lf.table, "audit_table": audit})
 			} else {
-				fmt.Fprintf(stdout, "ready: lease table %s, audit table %s\n", lf.table, audit)
+				fmt.Fprintf(stdout, "ready: lease table %s, audit table %s\n", termSafe(lf.table), termSafe(audit))
 			}
 			return nil
 		},
@@ -549,16 +549,8 @@ func (o output) failure(ctx context.Context, store *lease.Store, name string, er
 	return &exitError{code: code, err: errors.New(msg)}
 }
 
-// displayName prints a lease name as is, or quoted if it has characters that
-// would garble a terminal.
-func displayName(name string) string {
-	for _, r := range name {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(name)
-		}
-	}
-	return name
-}
+// displayName prints a lease name for a terminal (see termSafe).
+func displayName(name string) string { return termSafe(name) }
 
 func writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)

@@ -77,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), cleanMessage(err.Error()))
+	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), termSafeLines(cleanMessage(err.Error())))
 	if code == exitUsage {
 		fmt.Fprintf(stderr, "run '%s --help' for usage\n", cmd.CommandPath())
 	}
