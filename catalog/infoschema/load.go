@@ -202,7 +202,15 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	}
 	// Loadable functions (CREATE FUNCTION ... SONAME): global SELECT reads
 	// mysql.func on MariaDB and MySQL 8 alike. Only their names matter: a
-	// known one may be called while the catalog cannot be read.
+	// known one may be called while the catalog cannot be read. TiDB has
+	// no loadable functions and no mysql.func.
+	udfs, err := hasUDFTable(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("looking for mysql.func: %w", err)
+	}
+	if !udfs {
+		return s, nil
+	}
 	err = each(ctx, db, `SELECT name FROM mysql.func`, func(r *sql.Rows) error {
 		var n string
 		err := r.Scan(&n)
@@ -361,10 +369,24 @@ SELECT 'events', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, EVENT_SCHEMA, EVEN
     MD5(EVENT_DEFINITION)))), 0)
   FROM information_schema.EVENTS WHERE EVENT_SCHEMA NOT IN ` + systemSchemas + `
 UNION ALL
-SELECT 'udfs', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, name, ret, dl, type))), 0) FROM mysql.func
-UNION ALL
 SELECT 'privileges', COUNT(*), COALESCE(SUM(CRC32(PRIVILEGE_TYPE)), 0)
   FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ` + currentGrantee
+
+// udfDigest is digestQuery's row of the loadable functions, where the
+// server has mysql.func.
+const udfDigest = `
+UNION ALL
+SELECT 'udfs', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, name, ret, dl, type))), 0) FROM mysql.func`
+
+// hasUDFTable reports whether the server keeps loadable functions in
+// mysql.func (MariaDB, MySQL; not TiDB). A server without that table has
+// none.
+func hasUDFTable(ctx context.Context, db *sql.DB) (bool, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = 'mysql' AND TABLE_NAME = 'func'`).Scan(&n)
+	return n > 0, err
+}
 
 // Digest returns a fingerprint of everything Load reads: equal digests,
 // equal snapshots (up to CRC32 collisions of a changed row, which the
@@ -375,7 +397,15 @@ SELECT 'privileges', COUNT(*), COALESCE(SUM(CRC32(PRIVILEGE_TYPE)), 0)
 func Digest(ctx context.Context, db *sql.DB) (string, error) {
 	h := sha256.New()
 	merges, forwarding := uint64(0), uint64(0)
-	err := each(ctx, db, digestQuery, func(r *sql.Rows) error {
+	udfs, err := hasUDFTable(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	q := digestQuery
+	if udfs {
+		q += udfDigest
+	}
+	err = each(ctx, db, q, func(r *sql.Rows) error {
 		var kind string
 		var n, sum uint64
 		if err := r.Scan(&kind, &n, &sum); err != nil {
