@@ -3,7 +3,9 @@ package integration
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"os"
@@ -45,6 +47,10 @@ type envOptions struct {
 	backend []string         // more backend keys ("user: x")
 	server  *dbserver.Server // default: the engine's (mariadb: dbtest.Shared)
 	engine  string           // engMariaDB (default), engGalera or engTiDB
+	// account: the proxy gets its own account (backend.user), with what
+	// the schema catalog, the lease functions and the audit need: the
+	// catalog is on, as in a deployment.
+	account bool
 }
 
 func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
@@ -72,6 +78,9 @@ func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	}
 	for _, q := range stmts {
 		mustExec(t, root, q)
+	}
+	if o.account {
+		o.backend = append(o.backend, proxyAccount(t, root, db)...)
 	}
 	if o.onStale == "" {
 		o.onStale = "zero_rows"
@@ -232,4 +241,26 @@ func splitHostPort(t *testing.T, addr string) (string, string) {
 		t.Fatal(err)
 	}
 	return h, p
+}
+
+// proxyAccount creates an account for the proxy on the server behind root
+// (on Galera it replicates): SELECT and SHOW VIEW everywhere for the
+// catalog, writes to the lease table of db for the lease functions. It
+// returns the backend keys that name it.
+func proxyAccount(t *testing.T, root *sql.DB, db string) []string {
+	t.Helper()
+	var b [4]byte
+	rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	user, pw, env := "fp_acct_"+suffix, "acct-Pw-"+suffix, "FP_TEST_ACCOUNT_PW_"+strings.ToUpper(suffix)
+	t.Setenv(env, pw)
+	for _, q := range []string{
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + pw + "'",
+		"GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO '" + user + "'@'%'",
+		"GRANT SELECT, INSERT, UPDATE ON `" + db + "`.fenced_job_leases TO '" + user + "'@'%'",
+	} {
+		mustExec(t, root, q)
+	}
+	t.Cleanup(func() { root.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
+	return []string{"user: " + user, "password_env: " + env}
 }

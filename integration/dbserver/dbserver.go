@@ -46,6 +46,9 @@ type Options struct {
 	// Binlog: write a row-format binary log (server id 1), for replication
 	// clients. Off by default: the binary log slows every write.
 	Binlog bool
+	// Args: more server options (--name=value), for a test that needs a
+	// server configured unlike the shared one.
+	Args []string
 }
 
 // Server is a running MariaDB/MySQL server.

@@ -27,6 +27,19 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 			return []string{"--ssl-ca=" + certs.CAFile, "--ssl-cert=" + certs.ServerCertFile, "--ssl-key=" + certs.ServerKeyFile}, nil
 		}
 	}
+	if len(opts.Args) > 0 {
+		prepare := mopts.Prepare
+		mopts.Prepare = func(dir string) ([]string, error) {
+			var args []string
+			if prepare != nil {
+				var err error
+				if args, err = prepare(dir); err != nil {
+					return nil, err
+				}
+			}
+			return append(args, opts.Args...), nil
+		}
+	}
 	ms, err := mysqld.Start(ctx, mopts)
 	if err != nil {
 		return nil, err
