@@ -74,3 +74,47 @@ func (c *clientConn) backendExec(sql string) (uint64, error) {
 	}
 	return e.affected, e.firstErr
 }
+
+// learnStatus makes c.status the server's again after an ERR, which
+// carries no status flags: some errors end the transaction (a deadlock,
+// a lock wait timeout under innodb_rollback_on_timeout, a failed COMMIT,
+// Galera's certification failures, TiDB's write conflicts, a failing
+// statement that commits implicitly: DROP TABLE of a missing table inside
+// a transaction ends it), most do not (a duplicate key, a killed query,
+// a plain lock wait timeout), and a failed first write under autocommit=0
+// starts one. The proxy does not guess which: it asks the server with
+// COM_PING, whose OK carries the status flags and which leaves SHOW
+// WARNINGS, @@warning_count, @@error_count, FOUND_ROWS() and
+// LAST_INSERT_ID() as they were (measured on MariaDB 10.11, Galera and
+// TiDB 8.4: TestPingLeavesSessionAsItWas); on MariaDB it sets ROW_COUNT()
+// to 0. Only a decision that depends on the transaction state asks (a
+// guarded write, which sets ROW_COUNT() itself; a lease function, answered
+// by the proxy; a drain), so an error costs nothing until one does.
+//
+// A *backendError is the server's answer to the ping (Galera reports a
+// transaction aborted by a replicated write to the next command): the
+// caller answers the client's command with it, as the server would have.
+// Any other error is a failure of the backend connection.
+func (c *clientConn) learnStatus() error {
+	if !c.statusStale {
+		return nil
+	}
+	return c.askStatus()
+}
+
+// askStatus asks the server for its status flags (COM_PING) whatever the
+// proxy believes: see learnStatus.
+func (c *clientConn) askStatus() error {
+	c.warn = nil
+	if _, err := c.backend.writeCommand(0, []byte{mysql.COM_PING}, nil); err != nil {
+		return err
+	}
+	if err := c.backend.flush(); err != nil {
+		return err
+	}
+	e := execReader{ownReader{c: c}}
+	if err := c.walkResponse(&e); err != nil {
+		return err
+	}
+	return e.firstErr
+}

@@ -67,8 +67,9 @@ type clientConn struct {
 	charsetUnknown bool
 	// statusStale: an ERR came after the last status flags seen. An ERR
 	// carries none, and some errors end the transaction (a deadlock rolls
-	// it back), so status may say "in a transaction" wrongly; a guarded
-	// write asks the server again before it relies on it.
+	// it back) or start one (a failed write under autocommit=0), so
+	// status may be wrong either way; whatever relies on it asks the
+	// server first (learnStatus).
 	statusStale bool
 	// tablesLocked: the session holds table locks (LOCK TABLES, FLUSH
 	// TABLES t WITH READ LOCK), as far as the proxy can tell: see
@@ -237,7 +238,9 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		}
 		c.client.conn.SetReadDeadline(deadline)
 		c.mu.Lock()
-		c.idle = !c.inTransaction()
+		// After an ERR the transaction state is unknown until asked: a
+		// drain wakes the wait, and drainable asks.
+		c.idle = c.statusStale || !c.inTransaction()
 		c.parked = c.client.parked() && c.backend.parked()
 		// A watch that fired before idle was set could not wake this
 		// wait (it found idle false): its fired flag, stored before it
@@ -249,7 +252,7 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 			watch = nil
 			return c.backendGone()
 		}
-		if c.p.draining.Load() && !c.inTransaction() {
+		if c.p.draining.Load() && c.drainable() {
 			return errDraining
 		}
 		var err error
@@ -275,7 +278,7 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 			watch = nil
 			return c.backendGone()
 		}
-		if c.p.draining.Load() && !c.inTransaction() {
+		if c.p.draining.Load() && c.drainable() {
 			return errDraining
 		}
 		if idleTimeout > 0 && time.Since(c.lastActive) >= idleTimeout {
@@ -337,6 +340,21 @@ func (c *clientConn) setTablesLocked(v bool) {
 }
 
 func (c *clientConn) inTransaction() bool { return c.status&mysql.SERVER_STATUS_IN_TRANS != 0 }
+
+// drainable: the idle session may be closed for a shutdown, for it is
+// outside a transaction. After an ERR the server is asked (learnStatus): a
+// deadlock that ended the client's transaction must not keep the
+// connection open until the drain deadline. A session that cannot answer,
+// or whose answer is an error (its transaction was aborted), is closed.
+func (c *clientConn) drainable() bool {
+	if c.statusStale {
+		c.backend.unpark()
+		if err := c.learnStatus(); err != nil {
+			return true
+		}
+	}
+	return !c.inTransaction()
+}
 
 // noteStatus records server status flags from an OK or EOF packet.
 func (c *clientConn) noteStatus(st uint16) {

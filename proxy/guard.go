@@ -105,25 +105,21 @@ func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []re
 // guarded write has no lease check left to do).
 func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) error {
 	c := fg.c
-	if c.statusStale {
-		// Learn the transaction state from an OK: DO changes nothing the
-		// write could see (it resets warnings and ROW_COUNT(), which the
-		// write itself resets; ROW_COUNT() inside the write is refused).
-		if _, err := c.backendExec("DO 0"); err != nil {
-			if be, ok := err.(*backendError); ok {
-				if err := drop(); err != nil {
-					return err
-				}
-				// A conflict here (a brute-force abort on Galera shows at
-				// the next statement) ended an earlier fenced write's
-				// transaction.
-				if err := fg.noteError(be.code); err != nil {
-					return err
-				}
-				return c.sendError(be.code, be.state, be.msg)
-			}
+	// The transaction state decides the shape: after an ERR, ask.
+	if err := c.learnStatus(); err != nil {
+		be, ok := err.(*backendError)
+		if !ok {
 			return err
 		}
+		if err := drop(); err != nil {
+			return err
+		}
+		// A conflict here (a brute-force abort on Galera shows at the
+		// next command) ended an earlier fenced write's transaction.
+		if err := fg.noteError(be.code); err != nil {
+			return err
+		}
+		return c.sendError(be.code, be.state, be.msg)
 	}
 	// Under LOCK TABLES the table lock on the lease table keeps guard and
 	// write atomic, and START TRANSACTION would unlock the tables. Not on

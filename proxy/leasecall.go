@@ -146,6 +146,24 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		c.p.metrics.leaseCalls(name, "error").Inc()
 		return c.sendError(erWrongArguments, "HY000", "fenceproxy: "+name+": "+fmt.Sprintf(format, a...))
 	}
+	if call.Func != rewrite.FenceStatus && (c.statusStale || c.inTransaction()) {
+		// The check below must see what the server says now: after an ERR
+		// the transaction may have ended (a deadlock) or begun (a failed
+		// write under autocommit=0), and on Galera a replicated write may
+		// have aborted it since its last answer (the server reports that
+		// to the next command: here, the ping).
+		if err := c.askStatus(); err != nil {
+			be, ok := err.(*backendError)
+			if !ok {
+				return err
+			}
+			c.p.metrics.leaseCalls(name, "error").Inc()
+			if err := c.fence.noteError(be.code); err != nil {
+				return err
+			}
+			return c.sendError(be.code, be.state, be.msg)
+		}
+	}
 	if call.Func != rewrite.FenceStatus && c.inTransaction() {
 		return callErr("call it outside a transaction: a lease change inside one would commit or roll back with it and hold the lease row's lock until then")
 	}

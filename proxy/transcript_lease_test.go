@@ -27,6 +27,13 @@ type acquired struct{ owner, ownerHex string }
 func acquire(c *hconn) acquired {
 	c.h.t.Helper()
 	c.query("SELECT fence_acquire('job', 30)")
+	return answerAcquire(c)
+}
+
+// answerAcquire answers the lease statements of a fence_acquire('job', 30)
+// already sent, as acquire does.
+func answerAcquire(c *hconn) acquired {
+	c.h.t.Helper()
 	_, upd := c.backendGets()
 	m := ownerLiteral.FindSubmatch(upd)
 	if m == nil {
@@ -114,7 +121,10 @@ table (after COM_INIT_DB of "" the session has none).`,
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		c.relayed("BEGIN", okPkt(0, 0, stInTrans, 0, ""))
+		h.note("inside a transaction the proxy asks the server first: it may have ended since its last answer")
 		c.query("SELECT fence_acquire('job', 30)")
+		c.backendGets()
+		c.respond(okPkt(0, 0, stInTrans, 0, ""))
 		c.response()
 		c.relayed("ROLLBACK", okPkt(0, 0, stAuto, 0, ""))
 		c.query("SELECT fence_acquire('job', ?)")
@@ -128,6 +138,24 @@ table (after COM_INIT_DB of "" the session has none).`,
 		c.response()
 		c.query("SELECT fence_acquire('job', 30)")
 		c.response()
+	},
+}, {
+	name: "lease_call_after_deadlock",
+	about: `A deadlock (1213) rolled the client's transaction back, and an ERR carries no status flags: the
+last status the proxy saw says "in a transaction". fence_acquire asks the server first (COM_PING, which
+leaves warnings, ROW_COUNT() and FOUND_ROWS() as they were), finds no transaction, and acquires.`,
+	backend: "engine: mariadb",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		c.relayed("BEGIN", okPkt(0, 0, stInTrans, 0, ""))
+		c.query("UPDATE notes SET n = 1 WHERE id = 1")
+		c.backendGets()
+		c.respond(errPkt(1213, "40001", "Deadlock found when trying to get lock; try restarting transaction"))
+		c.response()
+		c.query("SELECT fence_acquire('job', 30)")
+		c.backendGets()
+		c.respond(okPkt(0, 0, stAuto, 0, ""))
+		answerAcquire(c)
 	},
 }, {
 	name: "lease_call_prepared",
