@@ -90,6 +90,7 @@ func (c *Config) resolvePaths() {
 		&c.ClientTLS.CertFile, &c.ClientTLS.KeyFile,
 		&c.Backend.CAFile, &c.Backend.CertFile, &c.Backend.KeyFile, &c.Backend.PasswordFile,
 		&c.Audit.File, &c.AdminAuth.TokenFile, &c.AdminTLS.CertFile, &c.AdminTLS.KeyFile,
+		&c.ListenSocket,
 	} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)

@@ -15,21 +15,26 @@ import (
 
 // Config is one parsed and validated configuration file.
 type Config struct {
-	Listen         string    `yaml:"listen"`          // MySQL protocol for apps, default 127.0.0.1:6033
-	Admin          string    `yaml:"admin"`           // HTTP /metrics /healthz /readyz /audit, default 127.0.0.1:9033; "" = off
-	MaxConnections int       `yaml:"max_connections"` // 0 = no limit; past it a client gets ERR 1040
-	LogLevel       string    `yaml:"log_level"`       // debug | info | warn | error (default info)
-	LogFormat      string    `yaml:"log_format"`      // text | json (default text)
-	ClientTLS      ClientTLS `yaml:"client_tls"`
-	Timeouts       Timeouts  `yaml:"timeouts"`
-	Limits         Limits    `yaml:"limits"`
-	Backend        Backend   `yaml:"backend"`
-	Fencing        Fencing   `yaml:"fencing"`
-	Tables         []Table   `yaml:"tables"`
-	Audit          Audit     `yaml:"audit"`
-	Catalog        Catalog   `yaml:"catalog"`
-	AdminAuth      AdminAuth `yaml:"admin_auth"`
-	AdminTLS       AdminTLS  `yaml:"admin_tls"`
+	Listen string `yaml:"listen"` // MySQL protocol for apps, default 127.0.0.1:6033; "" = none (listen_socket only)
+	// ListenSocket is a Unix socket for the MySQL protocol too ("" = none),
+	// created with ListenSocketMode ("0660"); see listeners.go.
+	ListenSocket     string        `yaml:"listen_socket"`
+	ListenSocketMode string        `yaml:"listen_socket_mode"`
+	ProxyProtocol    ProxyProtocol `yaml:"proxy_protocol"`
+	Admin            string        `yaml:"admin"`           // HTTP /metrics /healthz /readyz /audit, default 127.0.0.1:9033; "" = off
+	MaxConnections   int           `yaml:"max_connections"` // 0 = no limit; past it a client gets ERR 1040
+	LogLevel         string        `yaml:"log_level"`       // debug | info | warn | error (default info)
+	LogFormat        string        `yaml:"log_format"`      // text | json (default text)
+	ClientTLS        ClientTLS     `yaml:"client_tls"`
+	Timeouts         Timeouts      `yaml:"timeouts"`
+	Limits           Limits        `yaml:"limits"`
+	Backend          Backend       `yaml:"backend"`
+	Fencing          Fencing       `yaml:"fencing"`
+	Tables           []Table       `yaml:"tables"`
+	Audit            Audit         `yaml:"audit"`
+	Catalog          Catalog       `yaml:"catalog"`
+	AdminAuth        AdminAuth     `yaml:"admin_auth"`
+	AdminTLS         AdminTLS      `yaml:"admin_tls"`
 	// InstanceID names this proxy in audit records (default: hostname and
 	// listen port, host:port).
 	InstanceID string `yaml:"instance_id"`

@@ -81,6 +81,12 @@ func RestartKeys(old, new *Config) []string {
 	if old.Admin != new.Admin {
 		changed = append(changed, "admin")
 	}
+	if old.ListenSocket != new.ListenSocket {
+		changed = append(changed, "listen_socket")
+	}
+	if old.ListenSocketMode != new.ListenSocketMode {
+		changed = append(changed, "listen_socket_mode")
+	}
 	changed = append(changed, changedFields("backend", old.Backend, new.Backend)...)
 	changed = append(changed, changedFields("client_tls", old.ClientTLS, new.ClientTLS)...)
 	changed = append(changed, changedFields("admin_auth", old.AdminAuth, new.AdminAuth)...)

@@ -51,6 +51,7 @@ func (c *Config) fillDefaults(d *decoder) {
 		}
 	}
 	str("listen", &c.Listen, DefaultListen)
+	c.fillListenerDefaults(d)
 	str("admin", &c.Admin, DefaultAdmin)
 	str("log_level", &c.LogLevel, DefaultLogLevel)
 	str("log_format", &c.LogFormat, DefaultLogFormat)
@@ -96,7 +97,10 @@ func (c *Config) validate(d *decoder) {
 			d.fail(path, reason)
 		}
 	}
-	check("listen", checkAddress(c.Listen, true))
+	if c.Listen != "" || c.ListenSocket == "" {
+		check("listen", checkAddress(c.Listen, true))
+	}
+	c.validateListeners(d)
 	if c.Admin != "" { // "" = no admin server
 		check("admin", checkAddress(c.Admin, true))
 	}

@@ -17,7 +17,7 @@ func TestEachRuleReportsPositionAndReason(t *testing.T) {
 		// YAML and structure
 		{"syntax error", "listen: [1, 2\n", ""},
 		{"unknown top-level key", "lisen: 127.0.0.1:1\n",
-			`1:1: unknown key "lisen" (known: admin, admin_auth, admin_tls, audit, backend, catalog, client_tls, fencing, instance_id, limits, listen, log_format, log_level, max_connections, tables, timeouts)`},
+			`1:1: unknown key "lisen" (known: admin, admin_auth, admin_tls, audit, backend, catalog, client_tls, fencing, instance_id, limits, listen, listen_socket, listen_socket_mode, log_format, log_level, max_connections, proxy_protocol, tables, timeouts)`},
 		{"unknown nested key", "backend:\n  adress: 127.0.0.1:3306\n",
 			`2:3: unknown key "adress" in backend (known: address, ca_file, cert_file, engine, key_file, password_env, password_file, server_name, tls, user)`},
 		{"unknown key in a table entry", "tables:\n  - name: a.b\n    leese: x\n",

@@ -50,6 +50,9 @@ func (c *clientConn) handshake(rt *runtime) error {
 	if err := c.client.flush(); err != nil {
 		return err
 	}
+	if err := c.refuseStrayProxyHeader(); err != nil {
+		return err
+	}
 	resp, cseq, err := c.client.readPacket(nil, maxWholePacket)
 	if err != nil {
 		return err
@@ -88,7 +91,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 			return c.client.sideErr(malformed("handshake response after TLS"))
 		}
 	} else if cfg.ClientTLS.Required {
-		c.p.metrics.ConnectionsRejected.WithLabelValues("tls_required").Inc()
+		c.p.metrics.connectionsRejected[rejectTLSRequired].Inc()
 		c.writeAuthError(cseq+1, erSecureTransport, "HY000",
 			"Connections using insecure transport are prohibited (fenceproxy client_tls.required)")
 		return errors.New("client without TLS refused")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -23,7 +24,8 @@ type clientConn struct {
 	id     uint64
 	lg     *slog.Logger // see log
 	client *packetConn
-	raw    net.Conn // the client's TCP connection, for kill
+	raw    net.Conn                 // the client's TCP connection, for kill
+	peer   atomic.Pointer[peerInfo] // the client's address when raw's is not it (peer.go)
 
 	connectedAt time.Time
 	acquired    lease.Lease // from the last fence_acquire, for /connections (Owner unused)
@@ -137,6 +139,9 @@ func (c *clientConn) debugOn() bool {
 // show it; formatted when asked for (any goroutine: the address is fixed
 // at accept).
 func (c *clientConn) remote() string {
+	if p := c.peer.Load(); p != nil {
+		return p.addr
+	}
 	if c.raw == nil {
 		return ""
 	}

@@ -14,9 +14,11 @@ import (
 
 // ConnInfo describes one client connection for the admin endpoint.
 type ConnInfo struct {
-	ID            uint64    `json:"id"`
-	User          string    `json:"user"`
-	Client        string    `json:"client"`
+	ID     uint64 `json:"id"`
+	User   string `json:"user"`
+	Client string `json:"client"`
+	// ProxiedBy is the load balancer that named Client in a PROXY header.
+	ProxiedBy     string    `json:"proxied_by,omitempty"`
 	Program       string    `json:"program_name,omitempty"`
 	Schema        string    `json:"schema"`
 	BackendConnID uint32    `json:"backend_conn_id"`
@@ -81,7 +83,7 @@ func (c *clientConn) publish() {
 func (c *clientConn) info(now time.Time) ConnInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ci := ConnInfo{ID: c.id, Client: c.remote(), ConnectedAt: c.connectedAt, State: "handshake",
+	ci := ConnInfo{ID: c.id, Client: c.remote(), ProxiedBy: c.proxiedBy(), ConnectedAt: c.connectedAt, State: "handshake",
 		Seconds: logging.Seconds(now.Sub(c.connectedAt))}
 	if !c.pub.ready {
 		return ci

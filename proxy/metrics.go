@@ -40,7 +40,18 @@ type Metrics struct {
 	stmtRefused   prometheus.Counter
 	stmtAnswered  prometheus.Counter
 	loginFailures []prometheus.Counter // by LoginFailureReasons
+	// connectionsRejected by rejectReasons
+	connectionsRejected [len(rejectReasons)]prometheus.Counter
 }
+
+// The reasons of fenceproxy_connections_rejected_total, each initialised at 0.
+var rejectReasons = [...]string{"max_connections", "tls_required", "proxy_protocol"}
+
+const (
+	rejectMaxConnections = iota
+	rejectTLSRequired
+	rejectProxyProtocol
+)
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
 // registered, for tests).
@@ -51,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ConnectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_connections_total", Help: "Client connections accepted."}),
 		ConnectionsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fenceproxy_connections_rejected_total", Help: "Client connections refused before authentication, by reason."},
+			Name: "fenceproxy_connections_rejected_total", Help: "Client connections refused before authentication, by reason: max_connections, tls_required, proxy_protocol (a PROXY header missing from a trusted source, malformed, or sent by an untrusted one)."},
 			[]string{"reason"}),
 		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_commands_total", Help: "Client commands relayed, by command."}, []string{"command"}),
@@ -115,6 +126,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.stmtFenced = m.Statements.WithLabelValues("fenced")
 	m.stmtRefused = m.Statements.WithLabelValues("refused")
 	m.stmtAnswered = m.Statements.WithLabelValues("answered")
+	for i, r := range rejectReasons {
+		m.connectionsRejected[i] = m.ConnectionsRejected.WithLabelValues(r)
+	}
 	for _, r := range LoginFailureReasons {
 		m.loginFailures = append(m.loginFailures, m.LoginFailures.WithLabelValues(r))
 	}

@@ -44,6 +44,7 @@ func Preflight(cfg *policy.Config) []error {
 		add(err)
 	}
 	add(checkWritableFile("audit.file", cfg.Audit.File))
+	add(checkSocketPath(cfg.ListenSocket))
 	return errs
 }
 

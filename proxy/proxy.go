@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -97,6 +98,8 @@ type runtime struct {
 	// outdated (fencing.database_guard: triggers), by lower-case
 	// schema.table: writes to them are refused (dbguard.go).
 	unguarded map[string]string
+
+	trusted []netip.Prefix // proxy_protocol.trusted_cidrs
 }
 
 // Options are the proxy's collaborators.
@@ -199,7 +202,7 @@ func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 	unguarded := p.unguarded(pol)
 	p.setGuardMetric(pol, unguarded)
 	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale) + guardFingerprint(unguarded),
-		engine: newRewriter(pol, cfg.Limits.RewriteCache, cat, stale), unguarded: unguarded}
+		engine: newRewriter(pol, cfg.Limits.RewriteCache, cat, stale), unguarded: unguarded, trusted: cfg.ProxyProtocol.Prefixes()}
 	if old := p.rt.Load(); old != nil {
 		rt.gen = old.gen
 		if old.fingerprint != rt.fingerprint {
@@ -276,7 +279,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 	}
 	if limit > 0 && len(p.conns) >= limit {
 		p.mu.Unlock()
-		p.metrics.ConnectionsRejected.WithLabelValues("max_connections").Inc()
+		p.metrics.connectionsRejected[rejectMaxConnections].Inc()
 		// A server at max_connections answers with this ERR instead of a
 		// handshake; clients know it.
 		c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
@@ -299,7 +302,11 @@ func (p *Proxy) startConn(nc net.Conn) {
 			delete(p.conns, c)
 			p.mu.Unlock()
 		}()
-		c.serve(rt)
+		if c.identifyPeer(rt) {
+			c.serve(rt)
+		} else {
+			c.close()
+		}
 		// serve has closed both sides and ended every goroutine of the
 		// connection: its buffers can serve another one.
 		c.client.release()

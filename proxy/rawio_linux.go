@@ -43,13 +43,18 @@ type rawCall struct {
 }
 
 // socketIO returns the reader and writer to buffer c with: c itself, or a
-// rawSocket when c is a plain TCP connection.
+// rawSocket when c is a plain TCP or Unix stream connection.
 func socketIO(c net.Conn) io.ReadWriter {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	var sc syscall.Conn
+	switch c := c.(type) {
+	case *net.TCPConn:
+		sc = c
+	case *net.UnixConn:
+		sc = c
+	default:
 		return c
 	}
-	rc, err := tc.SyscallConn()
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return c
 	}

@@ -186,7 +186,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	}
 	defer auditLog.Close()
 
-	ln, err := proxy.Listen(cfg.Listen)
+	ln, err := openListeners(cfg)
 	if err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 	if auditDest == "" {
 		auditDest = "(no file: log, metrics and /audit only)"
 	}
-	logger.Info("fenceproxy listening", "version", version, "config", cfg.Path, "listen", ln.Addr().String(),
+	logger.Info("fenceproxy listening", "version", version, "config", cfg.Path, "listen", ln.tcpAddr(), "listen_socket", ln.socket(),
 		"admin", adminAddr, "backend", cfg.Backend.Address, "protected_tables", strings.Join(tables, ","),
 		"mode", cfg.Fencing.Mode, "on_stale", cfg.Fencing.OnStale, "audit", auditDest, "instance", p.Instance())
 
@@ -280,11 +280,11 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		}
 	}()
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- p.Serve(ln) }()
+	serveErr := make(chan error, 2)
+	ln.serve(p, serveErr)
 	// The listener already queues connections: ready for systemd's
 	// After= ordering. Whether the backend answers is /readyz's business.
-	notify("READY=1", "STATUS=listening on "+ln.Addr().String())
+	notify("READY=1", "STATUS=listening on "+ln.String())
 	select {
 	case err := <-serveErr:
 		if err != nil {
