@@ -47,6 +47,9 @@ func (c *clientConn) resetConnection() {
 	c.forgetSessionState()
 	// MySQL's and TiDB's reset are not measured here: fail closed.
 	c.setCharset(c.resetCharsetUnsafe || c.srv.Flavor != rewrite.MariaDB)
+	// Whether it is UTF-8 (for prepared statement names) is learned when
+	// a refusal needs it (Refusal.CharsetUnknown).
+	c.sess.NamesUTF8 = false
 }
 
 // changedUser records a COM_CHANGE_USER the server accepted (its OK's
@@ -57,10 +60,12 @@ func (c *clientConn) changedUser(cu changeUser) {
 	c.sess.Schema = cu.db
 	if !cu.hasCharset {
 		c.setCharset(true) // the server's default
+		c.sess.NamesUTF8 = false
 		return
 	}
 	c.resetCharsetUnsafe = collationUnsafe(c.srv, cu.charset)
 	c.setCharset(c.resetCharsetUnsafe)
+	c.sess.NamesUTF8 = collationUTF8(c.srv, cu.charset)
 }
 
 // changeUserFailed records a COM_CHANGE_USER the server refused: the
@@ -68,6 +73,7 @@ func (c *clientConn) changedUser(cu changeUser) {
 func (c *clientConn) changeUserFailed(cu changeUser) {
 	c.forgetSessionState()
 	c.setCharset(true) // the server's default
+	c.sess.NamesUTF8 = false
 	// No OK, no status flags: NO_BACKSLASH_ESCAPES is whatever the global
 	// sql_mode says, and no transaction is open.
 	c.sess.NoBackslashEscapes = rewrite.Unknown
@@ -87,6 +93,7 @@ func (c *clientConn) forgetSessionState() {
 	c.prepared = nil
 	c.named = nil
 	c.sess.ANSIQuotes = rewrite.Unknown
+	c.sess.Oracle = rewrite.Unknown
 	c.setTablesLocked(false)
 	c.fence.fenced = nil // the reset ended the transaction
 }
@@ -105,6 +112,16 @@ func collationUnsafe(srv rewrite.Server, id uint16) bool {
 		return true
 	}
 	return rewrite.UnsafeCharsetName(c.CharsetName)
+}
+
+// collationUTF8 reports whether a client character set named by collation
+// id is utf8mb3 or utf8mb4 (rewrite.Session.NamesUTF8).
+func collationUTF8(srv rewrite.Server, id uint16) bool {
+	if !collationKnown(srv, id) {
+		return false
+	}
+	c, err := charset.GetCollationByID(int(id))
+	return err == nil && rewrite.UTF8CharsetName(c.CharsetName)
 }
 
 // collationKnown: the parser's table is MySQL 8's; MariaDB 10.11 has every

@@ -242,7 +242,7 @@ func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decis
 	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
 		d = ask(sql, c.srv, &c.sess)
 	}
-	if d.Action == rewrite.Refuse && c.charsetUnknown && c.learnCharset() {
+	if d.Action == rewrite.Refuse && (c.charsetUnknown || d.Refusal.CharsetUnknown) && c.learnCharset() {
 		d = ask(sql, c.srv, &c.sess)
 	}
 	d = c.unguardedRefusal(rt, d)
@@ -370,6 +370,10 @@ func (c *clientConn) learnSQLMode() bool {
 	if strings.Contains(modes, ",NO_BACKSLASH_ESCAPES,") {
 		c.sess.NoBackslashEscapes = rewrite.On
 	}
+	c.sess.Oracle = rewrite.Off
+	if strings.Contains(modes, ",ORACLE,") {
+		c.sess.Oracle = rewrite.On
+	}
 	return true
 }
 
@@ -384,8 +388,10 @@ func (c *clientConn) learnCharset() bool {
 		return false
 	}
 	unsafe := rewrite.UnsafeCharsetName(rows[0][0].s)
-	changed := unsafe != c.sess.UnsafeCharset
+	utf8 := rewrite.UTF8CharsetName(rows[0][0].s)
+	changed := unsafe != c.sess.UnsafeCharset || utf8 != c.sess.NamesUTF8
 	c.sess.UnsafeCharset = unsafe
+	c.sess.NamesUTF8 = utf8
 	return changed
 }
 

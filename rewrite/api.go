@@ -69,6 +69,16 @@ type Session struct {
 	// directly followed by one of those is refused (while the policy
 	// protects anything); every other packet reads exactly as in UTF-8.
 	UnsafeCharset bool
+	// NamesUTF8: the client character set is known to be utf8mb3 or
+	// utf8mb4, so a name's bytes are the UTF-8 the server converts it to.
+	// Prepared statement names with bytes >= 0x80 are refused otherwise
+	// (while the policy protects a table): the server finds them by their
+	// converted bytes (see StmtName).
+	NamesUTF8 bool
+	// Oracle: sql_mode ORACLE, under which compound statements read
+	// differently (BEGIN starts a block, procedures are called without
+	// CALL). Unknown: both readings must agree.
+	Oracle Tri
 
 	// TablesLocked: the session holds table locks (LOCK TABLES, FLUSH
 	// TABLES t WITH READ LOCK). Every statement then takes the slow path,
@@ -148,7 +158,12 @@ type Stmt struct {
 	ANSIQuotes         Tri    // Kind SetSQLMode
 	NoBackslashEscapes Tri    // Kind SetSQLMode
 	UnsafeCharset      bool   // Kind SetCharset (and Kind SetSQLMode when SetsCharset)
-	Name               string // Kind Prepare, Execute, Deallocate: lower-cased statement name
+	NamesUTF8          bool   // Kind SetCharset (and SetSQLMode when SetsCharset): the new set is utf8mb3/utf8mb4
+	Oracle             Tri    // Kind SetSQLMode: sql_mode ORACLE
+	// Name: Kind Prepare, Execute, Deallocate: the statement name folded
+	// as the server compares them (StmtName), so that two names are the
+	// same statement exactly when their Names are equal.
+	Name string
 
 	// SetsCharset: a Kind SetSQLMode statement that also changes
 	// character_set_client (SET NAMES gbk, sql_mode = ''): apply
@@ -224,6 +239,11 @@ type Refusal struct {
 	// under the sql_mode settings the session's state leaves open. The proxy
 	// may learn them (SELECT @@SESSION.sql_mode) and ask again.
 	SQLModeUnknown bool
+	// CharsetUnknown: refused only because the proxy does not know that
+	// the client character set is UTF-8 (a prepared statement name with
+	// bytes >= 0x80). The proxy may learn it (SELECT
+	// @@SESSION.character_set_client) and ask again.
+	CharsetUnknown bool
 }
 
 func (r *Refusal) Error() string {

@@ -40,6 +40,8 @@ type cacheCtx struct {
 	ansi    Tri
 	nbe     Tri
 	unsafe  bool
+	oracle  Tri
+	utf8    bool
 	srv     Server
 	prepare bool
 }
@@ -64,7 +66,7 @@ func newCache[V any](entries int) *cache[V] {
 
 func ctxOf(srv Server, s *Session, prepare bool) cacheCtx {
 	return cacheCtx{schema: s.Schema, ansi: s.ANSIQuotes, nbe: s.NoBackslashEscapes, unsafe: s.UnsafeCharset,
-		srv: srv, prepare: prepare}
+		oracle: s.Oracle, utf8: s.NamesUTF8, srv: srv, prepare: prepare}
 }
 
 func find[V any](list []cacheEntry[V], ctx *cacheCtx) (V, bool) {

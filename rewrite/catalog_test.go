@@ -16,6 +16,7 @@ func testSnapshot() *catalog.Snapshot {
 			{Schema: "app", Name: "forge"}, {Schema: "app", Name: "notes"},
 			{Schema: "app", Name: "v_inv"}, {Schema: "app", Name: "v_runs"}, {Schema: "app", Name: "v_both"}, {Schema: "app", Name: "v_fn"},
 			{Schema: "app", Name: "fx"}, {Schema: "app", Name: "m_inv"}, {Schema: "app", Name: "v_fx"},
+			{Schema: "app", Name: "v_\u00fcber"},
 		},
 		Views: []catalog.View{
 			{Schema: "app", Name: "v_inv", Definition: "select `app`.`invoices`.`id` AS `id`,`app`.`invoices`.`amount` AS `amount` from `app`.`invoices`"},
@@ -23,6 +24,8 @@ func testSnapshot() *catalog.Snapshot {
 			{Schema: "app", Name: "v_both", Definition: "select `i`.`id` AS `id`,`r`.`state` AS `state` from (`app`.`invoices` `i` join `app`.`reconciliation_runs` `r` on(`i`.`id` = `r`.`id`))"},
 			{Schema: "app", Name: "v_fn", Definition: "select `app`.`bump`(1) AS `x`"},
 			{Schema: "app", Name: "v_fx", Definition: "select `app`.`fx`.`id` AS `id` from `app`.`fx`"},
+			// A view whose name is not ASCII: a latin1 client names it in bytes that are not UTF-8.
+			{Schema: "app", Name: "v_\u00fcber", Definition: "select `app`.`invoices`.`id` AS `id` from `app`.`invoices`"},
 		},
 		Triggers: []catalog.Trigger{
 			{Schema: "app", Name: "orders_ai", Table: "orders", Event: catalog.OpInsert, Body: "INSERT INTO invoices (id) VALUES (NEW.id)"},
@@ -65,6 +68,7 @@ func catalogEngine(t testing.TB, stale string, cache bool) *Engine {
 func TestCatalogGolden(t *testing.T) {
 	for _, f := range []struct{ file, stale string }{
 		{"testdata/catalog/catalog.golden", ""},
+		{"testdata/catalog/statements.golden", ""},
 		{"testdata/catalog/stale.golden", "connection refused"},
 	} {
 		for _, cache := range []bool{false, true} {

@@ -196,6 +196,12 @@ func TestLiveGolden(t *testing.T) {
 					t.Errorf("%s %q: the second decision differs:\n%s", filepath.Base(path), c.name, diff)
 				}
 			}
+			if head := strings.ToUpper(strings.TrimSpace(in)); strings.HasPrefix(head, "CREATE ") ||
+				strings.HasPrefix(head, "ALTER ") {
+				// DDL commits: the comparison's ROLLBACK could not undo the
+				// writes after it (integration/statements_test.go runs those).
+				continue
+			}
 			if d.Action != Send || lockTables(d) {
 				// LOCK TABLES would make the comparison's own reads fail:
 				// integration/locktables_test.go runs it with writes.

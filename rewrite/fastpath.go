@@ -47,6 +47,14 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 				return false
 			}
 			atStart = false
+			if t.kind == tkWord && eqFold(sql[t.start:t.end], "start") {
+				// START TRANSACTION; START SLAVE and the like are refused.
+				n, ok := lx.next()
+				if !ok || !(n.kind == tkWord && eqFold(sql[n.start:n.end], "transaction")) {
+					return false
+				}
+				continue
+			}
 			if t.kind == tkWord && eqFold(sql[t.start:t.end], "begin") {
 				// BEGIN and BEGIN WORK start a transaction; BEGIN NOT
 				// ATOMIC (and, in Oracle mode, BEGIN ...) a compound

@@ -137,6 +137,10 @@ func (c *goldenCase) applyHeader(t *testing.T, l string) {
 				c.sess.UnsafeCharset = v == "yes"
 			case "locked":
 				c.sess.TablesLocked = v == "yes"
+			case "oracle":
+				c.sess.Oracle = tri
+			case "utf8":
+				c.sess.NamesUTF8 = v == "yes"
 			}
 		}
 	case "prepare":
@@ -204,7 +208,17 @@ func renderStmt(s *Stmt, span bool) string {
 	case SetCharset:
 		fmt.Fprintf(&b, " unsafe_charset=%v", s.UnsafeCharset)
 	case Prepare, Execute, Deallocate:
-		b.WriteString(" " + s.Name)
+		if n := strconv.Quote(s.Name); n[1:len(n)-1] != s.Name {
+			b.WriteString(" " + n)
+		} else {
+			b.WriteString(" " + s.Name)
+		}
+	}
+	if s.NamesUTF8 {
+		b.WriteString(" utf8")
+	}
+	if s.Kind == SetSQLMode && s.Oracle != Off {
+		b.WriteString(" oracle=" + triName(s.Oracle))
 	}
 	if s.Fence != nil {
 		for _, t := range s.Fence.Targets {

@@ -20,12 +20,14 @@ type pstate struct {
 	schema string
 	mode   lexMode
 	unsafe bool // client character set unsafe or unknown
+	oracle Tri  // sql_mode ORACLE (compound statements read differently)
+	utf8   bool // the client character set is utf8mb3 or utf8mb4 (Session.NamesUTF8)
 }
 
 // session is st as a Session, for Session.Apply.
 func (st pstate) session() Session {
 	return Session{Schema: st.schema, ANSIQuotes: triOf(st.mode.ansiQuotes),
-		NoBackslashEscapes: triOf(st.mode.noBackslash), UnsafeCharset: st.unsafe}
+		NoBackslashEscapes: triOf(st.mode.noBackslash), UnsafeCharset: st.unsafe, Oracle: st.oracle, NamesUTF8: st.utf8}
 }
 
 func triOf(b bool) Tri {
@@ -44,6 +46,11 @@ type stmtIn struct {
 	final bool   // no statement follows
 	st    pstate // session before the statement
 	norm  []byte // normalized packet text (same offsets as src)
+	// whole: toks run to the statement's end across ';' (a compound
+	// statement or a definition, see stmtIn.whole).
+	whole bool
+	// inBlock: a simple statement inside a compound statement.
+	inBlock bool
 }
 
 // stmtRes is the verdict on one statement.
@@ -53,9 +60,10 @@ type stmtRes struct {
 	edits   []edit
 	refusal *Refusal
 	call    *LeaseCall
-	// rest: the statement is a compound statement or stored program that
-	// the server reads up to its own END; it takes the rest of the packet.
-	rest bool
+	// endAt: for a statement whose extent the block structure decides (a
+	// compound statement, a stored program definition), the offset of
+	// the ';' that ends it or len(src); 0 = the first ';'.
+	endAt int
 	// valueBlind: the verdict depends on the statement's literals only
 	// through their kinds, never on their values or bytes, so the shape
 	// cache may reuse it for the same statement with other literals (set
@@ -93,7 +101,12 @@ func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, d
 	pc := &packetCtx{e: e, src: sql, prepare: prepare, depth: depth, trace: tr}
 	norm := make([]byte, len(sql))
 	copy(norm, sql)
-	r := pc.decideRest(0, pstate{schema: s.Schema, mode: mode, unsafe: s.UnsafeCharset}, norm)
+	oracle := s.Oracle
+	if oracle == Unknown && s.ANSIQuotes == Off {
+		oracle = Off // sql_mode ORACLE includes ANSI_QUOTES
+	}
+	r := pc.decideRest(0, pstate{schema: s.Schema, mode: mode, unsafe: s.UnsafeCharset, oracle: oracle,
+		utf8: s.NamesUTF8}, norm)
 	return pc.finish(r)
 }
 
@@ -177,21 +190,25 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 		if res.call != nil {
 			out.call = res.call
 		}
-		res.stmt.Span = [2]int{pos, end}
-		if res.rest {
-			res.stmt.Span[1] = len(pc.src)
+		if res.endAt > 0 {
+			// The server reads the statement up to its own end.
+			end = res.endAt
+			next = end + 1
+			final = next > len(pc.src)
+			res.valueBlind = false
 		}
+		res.stmt.Span = [2]int{pos, end}
 		out.stmts = append(out.stmts, res.stmt)
 		out.blind = out.blind && res.valueBlind
 		out.matters = out.matters || res.matters
 		out.edits = append(out.edits, res.edits...)
-		if res.rest || final {
+		if final {
 			break
 		}
 		// The session as the next statement sees it.
 		sess := st.session()
 		eff := sess.Apply(&res.stmt, InPacket)
-		st.schema, st.unsafe = sess.Schema, sess.UnsafeCharset
+		st.schema, st.unsafe, st.oracle, st.utf8 = sess.Schema, sess.UnsafeCharset, sess.Oracle, sess.NamesUTF8
 		if eff.Charset && sess.UnsafeCharset && pc.e.hasTables() && hasTrailPair(pc.src[next:]) {
 			out.refusal = &Refusal{Reason: "after this statement switches to a character set that may hide quotes or " +
 				"backslashes inside multibyte characters, a later statement of the query has a non-ASCII byte " +

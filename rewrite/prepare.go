@@ -11,9 +11,10 @@ import (
 // anything but literals (a variable, an expression) cannot be checked and is
 // refused while the policy protects any table.
 
-// maxNesting bounds PREPARE-inside-EXECUTE-IMMEDIATE recursion (the
-// servers allow neither, but the text is the client's).
-const maxNesting = 2
+// maxNesting bounds dynamic SQL inside dynamic SQL: measured on MariaDB
+// 10.11, EXECUTE IMMEDIATE and PREPARE inside either are errors (1295), so
+// fenceproxy reads one level and refuses a second.
+const maxNesting = 1
 
 // stringSource is a statement source written as string literals: an
 // optional character set introducer and one or more adjacent literals.
@@ -23,18 +24,33 @@ type stringSource struct {
 	text        string
 }
 
+// introducers whose conversion of an ASCII literal to the connection's
+// character set keeps its bytes: measured on MariaDB 10.11, _filename
+// decodes @XXXX sequences ('@0075pdate' is "update"), _swe7 reads `, @,
+// [, \, ], ^, {, |, } and ~ as letters, and _ucs2, _utf16, _utf16le and
+// _utf32 read the bytes as other characters altogether.
+var identityIntroducers = map[string]bool{
+	"_utf8mb4": true, "_utf8mb3": true, "_utf8": true, "_latin1": true, "_ascii": true, "_binary": true,
+}
+
 // literalSource reads string literals starting at token i; ok is false if
-// the tokens there are not literals. next is the index after them.
-func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool) {
+// the tokens there are not literals. next is the index after them. why
+// says why a literal source cannot be read as the server reads it (an
+// introducer fenceproxy does not model), "" if it can.
+func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool, why string) {
 	j := i
 	if j < len(in.toks) && in.toks[j].kind == tkWord && !in.toks[j].afterDot {
 		w := in.text(j)
 		if len(w) > 1 && w[0] == '_' && j+1 < len(in.toks) && in.toks[j+1].kind == tkString {
+			if !identityIntroducers[lowerASCII(string(w))] {
+				why = "the character set introducer " + quoteForMessage(string(w)) + " makes the server convert " +
+					"the text in a way fenceproxy does not model"
+			}
 			j++ // a character set introducer: kept as it is
 		}
 	}
 	if j >= len(in.toks) {
-		return src, i, false
+		return src, i, false, why
 	}
 	var b strings.Builder
 	src.first = j
@@ -46,7 +62,7 @@ func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool) {
 	case tkString:
 		src.replaceFrom = in.toks[j].start
 	default:
-		return src, i, false
+		return src, i, false, why
 	}
 	for j < len(in.toks) && in.toks[j].kind == tkString {
 		b.WriteString(unquoteString(in.text(j), in.st.mode.noBackslash))
@@ -54,7 +70,7 @@ func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool) {
 	}
 	src.last = j - 1
 	src.text = b.String()
-	return src, j, true
+	return src, j, true, why
 }
 
 // unquoteString returns the value of a quoted string literal ('x' or "x").
@@ -126,19 +142,35 @@ func quoteString(s string, noBackslash bool) (string, bool) {
 	return b.String(), true
 }
 
-// stmtName reads a prepared statement name at token i (lower-cased: the
-// names are case-insensitive).
+// stmtName reads a prepared statement name at token i, folded as the
+// server compares names (StmtName). ok is false when there is no name
+// there, or one whose key fenceproxy cannot know (bytes >= 0x80 in a
+// client character set other than UTF-8, a character outside the BMP).
 func (in *stmtIn) stmtName(i int) (string, bool) {
 	name, ok := in.identAt(i)
 	if !ok {
 		return "", false
 	}
-	return strings.ToLower(name), true
+	return StmtName(name, in.st.utf8)
+}
+
+// nameRefusal refuses a statement whose prepared statement name has no key.
+func (in *stmtIn) nameRefusal(what string) stmtRes {
+	r := in.refuse("", "fenceproxy cannot read the prepared statement name of this "+what+" as the server "+
+		"compares names (it has bytes that are not UTF-8 of the Basic Multilingual Plane, or the client "+
+		"character set is not utf8mb4); use an ASCII name")
+	r.refusal.CharsetUnknown = !in.st.utf8
+	return r
 }
 
 // prepareStmt: PREPARE name FROM source.
 func (in *stmtIn) prepareStmt() stmtRes {
 	e := in.pc.e
+	if _, ok := in.identAt(1); ok && in.kw(2, "from") {
+		if _, ok := in.stmtName(1); !ok && e.hasTables() {
+			return in.nameRefusal("PREPARE")
+		}
+	}
 	name, ok := in.stmtName(1)
 	if !ok || !in.kw(2, "from") {
 		if e.hasTables() {
@@ -146,7 +178,10 @@ func (in *stmtIn) prepareStmt() stmtRes {
 		}
 		return stmtRes{stmt: Stmt{Kind: Other}}
 	}
-	src, next, ok := in.literalSource(3)
+	src, next, ok, why := in.literalSource(3)
+	if why != "" && e.hasTables() {
+		return in.refuse("", "PREPARE "+why+"; prepare from a plain string literal")
+	}
 	if !ok || next != len(in.toks) {
 		if !e.hasTables() {
 			return stmtRes{stmt: Stmt{Kind: Prepare, Name: name}, matters: true}
@@ -177,16 +212,22 @@ type innerResult struct {
 func (in *stmtIn) innerDecision(src stringSource) (innerResult, *stmtRes) {
 	e := in.pc.e
 	if in.pc.depth >= maxNesting {
-		r := in.refuse("", "nested dynamic SQL cannot be checked")
+		r := in.refuse("", "dynamic SQL inside dynamic SQL is refused (the server does not run it either)")
 		return innerResult{}, &r
 	}
 	text := []byte(src.text)
+	if e.hasTables() && hasHigh(text) {
+		r := in.refuse("", "the statement text has bytes >= 0x80, which the server converts from the client's "+
+			"character set to the connection's before it reads them; fenceproxy reads dynamic SQL only when it "+
+			"is ASCII (write other characters as escapes the statement itself decodes, or use the binary protocol)")
+		return innerResult{}, &r
+	}
 	if in.st.unsafe && e.hasTables() && hasTrailPair(text) {
 		r := in.refuse("", "the statement text has a non-ASCII byte followed by one of @ [ \\ ] ^ ` { | } ~, "+
 			"which the client character set may read differently; use utf8mb4")
 		return innerResult{}, &r
 	}
-	sess := Session{Schema: in.st.schema, UnsafeCharset: in.st.unsafe}
+	sess := Session{Schema: in.st.schema, UnsafeCharset: in.st.unsafe, Oracle: in.st.oracle, NamesUTF8: in.st.utf8}
 	d := e.decideText(text, sess, in.st.mode, true, in.pc.depth+1, nil)
 	var out innerResult
 	switch d.Action {
@@ -216,6 +257,9 @@ func (in *stmtIn) innerDecision(src stringSource) (innerResult, *stmtRes) {
 func (in *stmtIn) executeStmt() stmtRes {
 	name, ok := in.stmtName(1)
 	if !ok {
+		if in.pc.e.hasTables() {
+			return in.nameRefusal("EXECUTE")
+		}
 		return stmtRes{stmt: Stmt{Kind: Other}}
 	}
 	return stmtRes{stmt: Stmt{Kind: Execute, Name: name}, matters: true}
@@ -225,7 +269,10 @@ func (in *stmtIn) executeStmt() stmtRes {
 // inner statement runs now, so its effect is this statement's.
 func (in *stmtIn) executeImmediate() stmtRes {
 	e := in.pc.e
-	src, next, ok := in.literalSource(2)
+	src, next, ok, why := in.literalSource(2)
+	if why != "" && e.hasTables() {
+		return in.refuse("", "EXECUTE IMMEDIATE "+why+"; use a plain string literal")
+	}
 	if !ok || next != len(in.toks) && !in.kw(next, "using") {
 		if !e.hasTables() {
 			return stmtRes{stmt: Stmt{Kind: Other}}
@@ -249,6 +296,9 @@ func (in *stmtIn) executeImmediate() stmtRes {
 func (in *stmtIn) deallocateStmt() stmtRes {
 	name, ok := in.stmtName(2)
 	if !ok || !in.kw(1, "prepare") {
+		if in.pc.e.hasTables() {
+			return in.nameRefusal("DEALLOCATE PREPARE")
+		}
 		return stmtRes{stmt: Stmt{Kind: Other}}
 	}
 	return stmtRes{stmt: Stmt{Kind: Deallocate, Name: name}, matters: true}

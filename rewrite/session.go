@@ -54,13 +54,25 @@ func (s *Session) Apply(st *Stmt, at EffectAt) Effect {
 		s.Schema = st.Schema
 	case SetSQLMode:
 		s.ANSIQuotes = st.ANSIQuotes
+		s.Oracle = st.Oracle
 		if at == InPacket {
 			s.NoBackslashEscapes = st.NoBackslashEscapes
 		}
 		e.ModeUnknown = st.ANSIQuotes == Unknown || st.NoBackslashEscapes == Unknown
+	case Execute:
+		if at == InPacket {
+			// What the prepared statement does to the session is the
+			// proxy's to know (it applies it after the result), not the
+			// packet's: the rest of the packet is read under every
+			// sql_mode and as in an unsafe character set.
+			s.ANSIQuotes, s.NoBackslashEscapes, s.Oracle = Unknown, Unknown, Unknown
+			s.UnsafeCharset, s.NamesUTF8 = true, false
+			e.ModeUnknown, e.Charset = true, true
+		}
 	}
 	if st.Kind == SetCharset || st.Kind == SetSQLMode && st.SetsCharset {
 		e.Charset = true
+		s.NamesUTF8 = st.NamesUTF8
 		if at == AfterResult || st.UnsafeCharset {
 			s.UnsafeCharset = st.UnsafeCharset
 		}
@@ -114,16 +126,35 @@ func (in *stmtIn) setStmt(n *ast.SetStmt) stmtRes {
 	var st Stmt
 	mode, cs := false, false
 	for _, v := range n.Variables {
+		local := v.IsSystem && !v.IsGlobal && !v.IsInstance
 		switch {
 		case v.Name == ast.SetNames || v.Name == ast.SetCharset:
 			cs = true
-			st.UnsafeCharset = unsafeCharsetValue(v.Value)
-		case v.IsSystem && !v.IsGlobal && !v.IsInstance && strings.EqualFold(v.Name, "sql_mode"):
+			name, known := charsetValue(v.Value)
+			st.UnsafeCharset = !known || UnsafeCharsetName(name)
+			st.NamesUTF8 = known && utf8Charset(name)
+			if r, bad := in.charsetRefusal(name, known, "the client character set"); bad {
+				return r
+			}
+		case local && strings.EqualFold(v.Name, "sql_mode"):
 			mode = true
-			st.ANSIQuotes, st.NoBackslashEscapes = sqlModeValue(v.Value)
-		case v.IsSystem && !v.IsGlobal && !v.IsInstance && strings.EqualFold(v.Name, "character_set_client"):
+			st.ANSIQuotes, st.NoBackslashEscapes, st.Oracle = sqlModeValue(v.Value)
+		case local && strings.EqualFold(v.Name, "character_set_client"):
 			cs = true
-			st.UnsafeCharset = unsafeCharsetValue(v.Value)
+			name, known := charsetValue(v.Value)
+			st.UnsafeCharset = !known || UnsafeCharsetName(name)
+			st.NamesUTF8 = known && utf8Charset(name)
+			if r, bad := in.charsetRefusal(name, known, "the client character set"); bad {
+				return r
+			}
+		case local && (strings.EqualFold(v.Name, "character_set_connection") ||
+			strings.EqualFold(v.Name, "collation_connection")):
+			// The server converts dynamic SQL (PREPARE, EXECUTE
+			// IMMEDIATE) to this character set before it reads it.
+			name, known := charsetValue(v.Value)
+			if r, bad := in.charsetRefusal(collationCharset(name), known, "the connection character set"); bad {
+				return r
+			}
 		}
 	}
 	switch {
@@ -143,12 +174,32 @@ func (in *stmtIn) setStmt(n *ast.SetStmt) stmtRes {
 // character set is unknown.
 func (in *stmtIn) setUnparsed() stmtRes {
 	raw := in.raw()
+	if in.pc.e.hasTables() {
+		// A character set the proxy cannot read later statements in,
+		// named anywhere in it.
+		for i := range in.toks {
+			k := in.toks[i].kind
+			if k != tkWord && k != tkQuotedIdent && k != tkString {
+				continue
+			}
+			name := strings.ToLower(in.identName(i))
+			if k == tkString {
+				name = strings.ToLower(unquoteIdent(in.text(i)))
+			}
+			cs := collationCharset(name)
+			if nonASCIICharsets[cs] {
+				if r, bad := in.charsetRefusal(cs, true, "a character set"); bad {
+					return r
+				}
+			}
+		}
+	}
 	mode := containsFold(raw, "sql_mode")
 	cs := containsFold(raw, "character_set_client") || containsWordFold(raw, "names") ||
 		containsWordFold(raw, "charset") || containsWordFold(raw, "character")
 	switch {
 	case mode:
-		return stmtRes{stmt: Stmt{Kind: SetSQLMode, ANSIQuotes: Unknown, NoBackslashEscapes: Unknown,
+		return stmtRes{stmt: Stmt{Kind: SetSQLMode, ANSIQuotes: Unknown, NoBackslashEscapes: Unknown, Oracle: Unknown,
 			SetsCharset: cs, UnsafeCharset: cs}, matters: true}
 	case cs:
 		return stmtRes{stmt: Stmt{Kind: SetCharset, UnsafeCharset: true}, matters: true}
@@ -156,35 +207,37 @@ func (in *stmtIn) setUnparsed() stmtRes {
 	return stmtRes{stmt: Stmt{Kind: Other}}
 }
 
-// sqlModeValue reads the ANSI_QUOTES and NO_BACKSLASH_ESCAPES parts of a
-// literal sql_mode value; anything else is Unknown.
-func sqlModeValue(v ast.ExprNode) (ansi, nbe Tri) {
+// sqlModeValue reads the ANSI_QUOTES, NO_BACKSLASH_ESCAPES and ORACLE parts
+// of a literal sql_mode value; anything else is Unknown.
+func sqlModeValue(v ast.ExprNode) (ansi, nbe, oracle Tri) {
 	var s string
 	switch x := v.(type) {
 	case ast.ValueExpr:
 		str, ok := x.GetValue().(string)
 		if !ok {
-			return Unknown, Unknown
+			return Unknown, Unknown, Unknown
 		}
 		s = str
 	case *ast.ColumnNameExpr:
 		if x.Name.Table.L != "" {
-			return Unknown, Unknown
+			return Unknown, Unknown, Unknown
 		}
 		s = x.Name.Name.O
 	default:
-		return Unknown, Unknown
+		return Unknown, Unknown, Unknown
 	}
-	ansi, nbe = Off, Off
+	ansi, nbe, oracle = Off, Off, Off
 	for _, m := range strings.Split(s, ",") {
 		switch strings.ToUpper(strings.TrimSpace(m)) {
-		case "ANSI_QUOTES", "ANSI", "DB2", "MAXDB", "MSSQL", "ORACLE", "POSTGRESQL":
+		case "ORACLE":
+			ansi, oracle = On, On
+		case "ANSI_QUOTES", "ANSI", "DB2", "MAXDB", "MSSQL", "POSTGRESQL":
 			ansi = On
 		case "NO_BACKSLASH_ESCAPES":
 			nbe = On
 		}
 	}
-	return ansi, nbe
+	return ansi, nbe, oracle
 }
 
 // unsafeCharsets may carry '\' or other ASCII bytes as the second byte of a
@@ -201,25 +254,63 @@ var safeCharsets = map[string]bool{
 	"utf8mb3": true, "utf8mb4": true,
 }
 
-// unsafeCharsetValue: a character set value the proxy cannot vouch for.
-func unsafeCharsetValue(v ast.ExprNode) bool {
-	var s string
+// charsetValue reads a literal character set (or collation) name; known
+// is false for anything else (DEFAULT, an expression).
+func charsetValue(v ast.ExprNode) (string, bool) {
 	switch x := v.(type) {
 	case ast.ValueExpr:
 		str, ok := x.GetValue().(string)
 		if !ok {
-			return true
+			return "", false
 		}
-		s = str
+		return strings.ToLower(strings.TrimSpace(str)), true
 	case *ast.ColumnNameExpr:
 		if x.Name.Table.L != "" {
-			return true
+			return "", false
 		}
-		s = x.Name.Name.O
-	default:
-		return true
+		n := strings.ToLower(x.Name.Name.O)
+		return n, n != "default"
 	}
-	return UnsafeCharsetName(s)
+	return "", false
+}
+
+// collationCharset is the character set of a collation name
+// (utf8mb4_general_ci: utf8mb4), or the name itself.
+func collationCharset(name string) string {
+	if i := strings.IndexByte(name, '_'); i > 0 {
+		return name[:i]
+	}
+	return name
+}
+
+// utf8Charset: a character set whose bytes are UTF-8.
+func utf8Charset(name string) bool {
+	return name == "utf8mb4" || name == "utf8mb3" || name == "utf8"
+}
+
+// charsetRefusal refuses setting a client or connection character set
+// that does not read ASCII as ASCII (swe7 reads `, @, [, \, ], ^, {, |, }
+// and ~ as letters; ucs2, utf16, utf16le and utf32 are not byte-oriented)
+// or one whose name is not known, while the policy protects a table: the
+// proxy could not read what the session sends afterwards.
+func (in *stmtIn) charsetRefusal(name string, known bool, what string) (stmtRes, bool) {
+	if !in.pc.e.hasTables() || !known || asciiCharset(name) {
+		return stmtRes{}, false
+	}
+	return in.refuse("", "setting "+what+" to "+quoteForMessage(name)+" is refused through fenceproxy: it does not "+
+		"read ASCII bytes as ASCII (or fenceproxy does not know it), so fenceproxy could not read later "+
+		"statements as the server does; use utf8mb4"), true
+}
+
+// nonASCIICharsets: the character sets the servers know that do not read
+// ASCII bytes as ASCII.
+var nonASCIICharsets = map[string]bool{"swe7": true, "ucs2": true, "utf16": true, "utf16le": true, "utf32": true}
+
+// asciiCharset: a character set in which every ASCII byte is that ASCII
+// character (every one the servers know but swe7 and the UCS/UTF-16/32
+// sets).
+func asciiCharset(name string) bool {
+	return safeCharsets[name] && name != "swe7" || unsafeCharsets[name]
 }
 
 // UnsafeCharsetName reports whether a session whose client character set is
@@ -227,7 +318,13 @@ func unsafeCharsetValue(v ast.ExprNode) bool {
 // quote bytes, or a name this package does not know.
 func UnsafeCharsetName(name string) bool {
 	s := strings.ToLower(strings.TrimSpace(name))
-	return unsafeCharsets[s] || !safeCharsets[s]
+	return unsafeCharsets[s] || !asciiCharset(s)
+}
+
+// UTF8CharsetName reports whether a client character set named so is
+// utf8mb3 or utf8mb4 (Session.NamesUTF8).
+func UTF8CharsetName(name string) bool {
+	return utf8Charset(strings.ToLower(strings.TrimSpace(name)))
 }
 
 // containsWordFold reports whether word (lower-case ASCII) occurs in text as
@@ -246,4 +343,79 @@ func containsWordFold(text []byte, word string) bool {
 		return true
 	}
 	return false
+}
+
+// setStatement decides on MariaDB's SET STATEMENT var = value [, ...] FOR
+// statement. Measured on MariaDB 10.11: the statement after FOR has its
+// usual effects (SET NAMES, USE, PREPARE ... last after it), the
+// variables are set only while it runs, and the whole text was read under
+// the session's sql_mode before any of it ran (SET STATEMENT
+// sql_mode='ANSI_QUOTES' FOR SELECT "a" returns the string a). So the
+// statement is decided as if it stood alone; refused are the statements
+// whose effect on the session would interleave with the variables' reset
+// (sql_mode, character sets, PREPARE), and statements that read text at
+// run time (PREPARE, EXECUTE IMMEDIATE, EXECUTE) under a sql_mode or
+// character set the variables change.
+func (in *stmtIn) setStatement() stmtRes {
+	e := in.pc.e
+	d := in.depths()
+	f := -1
+	for j := 2; j < len(in.toks); j++ {
+		if d[j] == 0 && in.kw(j, "for") {
+			f = j
+			break
+		}
+	}
+	if f < 0 || f+1 >= len(in.toks) {
+		if e.hasTables() {
+			return in.refuse("", "fenceproxy cannot read this SET STATEMENT; write SET STATEMENT var = value FOR statement")
+		}
+		return stmtRes{stmt: Stmt{Kind: Other}}
+	}
+	reading := "" // a variable that changes how text is read at run time
+	for j := 2; j < f; j++ {
+		t := in.toks[j]
+		if d[j] != 0 || !(t.kind == tkWord || t.kind == tkSysVar) || !(in.op(j+1, "=") || in.op(j+1, ":=")) {
+			continue
+		}
+		name := strings.ToLower(in.identName(j))
+		name = strings.TrimPrefix(name, "@@")
+		name = strings.TrimPrefix(strings.TrimPrefix(name, "session."), "local.")
+		if name == "sql_mode" || strings.HasPrefix(name, "character_set_") || strings.HasPrefix(name, "collation_") {
+			reading = name
+		}
+	}
+	if e.hasTables() {
+		if r, ok := in.forwardTokens(); ok {
+			return r
+		}
+	}
+	if r, ok := in.catalogRefusal(); ok {
+		return r
+	}
+	inner := *in
+	inner.toks = in.toks[f+1:]
+	inner.start = in.toks[f+1].start
+	if (inner.kw(0, "lock") || inner.kw(0, "flush")) && e.hasTables() {
+		return in.refuse("", "send LOCK TABLES and FLUSH TABLES without SET STATEMENT, so that fenceproxy can "+
+			"track the table locks and add the lease table when a protected table is locked")
+	}
+	res := inner.decide()
+	if res.refusal != nil || !e.hasTables() {
+		return res
+	}
+	dynamic := inner.kw(0, "prepare") || inner.kw(0, "execute") || inner.isCompound()
+	switch {
+	case res.call != nil:
+		return in.refuse("", "call the lease functions without SET STATEMENT")
+	case res.stmt.Kind == SetSQLMode || res.stmt.Kind == SetCharset || res.stmt.Kind == Prepare:
+		return in.refuse("", "SET STATEMENT ... FOR a statement that changes sql_mode, the character set or a "+
+			"prepared statement is refused: fenceproxy follows such statements only when they stand alone")
+	case reading != "" && dynamic:
+		return in.refuse("", "SET STATEMENT "+reading+" = ... FOR a statement that reads SQL text when it runs "+
+			"(PREPARE, EXECUTE, EXECUTE IMMEDIATE, a compound statement) is refused: the text would be read under "+
+			"a setting fenceproxy did not read it with")
+	}
+	res.valueBlind = false
+	return res
 }

@@ -72,6 +72,10 @@ func (in *stmtIn) staleCallRefusal() (stmtRes, bool) {
 	if !e.staleCalls(in.st.mode.server) {
 		return stmtRes{}, false
 	}
+	if in.whole && in.isCompound() {
+		// A compound statement's tokens, up to the server's END.
+		return in.staleScan(0, len(in.toks))
+	}
 	if in.isCompound() {
 		// The statement is the rest of the packet, up to the server's
 		// END: its tokens past the first ';' count too.

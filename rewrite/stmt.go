@@ -87,9 +87,23 @@ func (in *stmtIn) decide() stmtRes {
 // decideStmt is decide without the checks every statement gets.
 func (in *stmtIn) decideStmt() stmtRes {
 	e := in.pc.e
+	// The closed list of statement kinds (kinds.go).
+	if r, ok := in.kindRefusal(); ok {
+		return r
+	}
 	// Lease functions: only the exact SELECT fence_xxx(...) shape.
 	if i := in.leaseMention(); i >= 0 {
 		return in.leaseCall(i)
+	}
+	// Statements whose extent the server's block structure decides, and
+	// statements that hold a statement: each reads its own tokens.
+	switch {
+	case in.isCompound() && !in.inBlock:
+		return in.compound()
+	case in.isStoredProgram():
+		return in.definition()
+	case in.kw(0, "set") && in.kw(1, "statement"):
+		return in.setStatement()
 	}
 	if r, ok := in.catalogRefusal(); ok {
 		return r
@@ -133,11 +147,6 @@ func (in *stmtIn) decideStmt() stmtRes {
 				"Send names in UTF-8")
 		}
 	}
-	if in.isCompound() {
-		r := in.programBody("a compound statement (BEGIN NOT ATOMIC ... END)")
-		r.stmt.Kind = Call // it may return any number of result sets
-		return r
-	}
 	if r, ok := in.withReturning(); ok {
 		return r
 	}
@@ -146,14 +155,11 @@ func (in *stmtIn) decideStmt() stmtRes {
 	}
 	stmt, err := parseOne(in.normText(), in.st.mode)
 	if err != nil {
-		if in.isStoredProgram() {
-			return in.programBody("a stored program definition")
-		}
 		return in.unparsed()
 	}
 	switch n := stmt.(type) {
 	case *ast.ProcedureInfo:
-		return in.programBody("a stored program definition")
+		return in.definition()
 	case *ast.SetStmt:
 		return in.setStmt(n)
 	case *ast.UseStmt:
