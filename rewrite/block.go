@@ -35,7 +35,7 @@ type blockResult struct {
 	why    string
 }
 
-func (sc *blockScanner) n() int                { return len(sc.w.toks) }
+func (sc *blockScanner) n() int                  { return len(sc.w.toks) }
 func (sc *blockScanner) kw(i int, w string) bool { return sc.w.kw(i, w) }
 func (sc *blockScanner) semi(i int) bool         { return sc.w.op(i, ";") }
 
