@@ -520,3 +520,37 @@ func TestClassOf(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyNamesByServerRules: a routine or trigger body that calls a
+// refused routine in another spelling (case, accents: routine names are
+// utf8mb3_general_ci), in any statement of a compound body, or writes a
+// view whose name is not ASCII, is refused like one that names it as
+// written.
+func TestBodyNamesByServerRules(t *testing.T) {
+	snap := &Snapshot{
+		Tables: []Name{{Schema: "app", Name: "jobs"}, {Schema: "app", Name: "notes"}, {Schema: "app", Name: "v_über"}},
+		Views:  []View{{Schema: "app", Name: "v_über", Definition: "select `app`.`jobs`.`id` AS `id` from `app`.`jobs`"}},
+		Routines: []Routine{
+			{Schema: "app", Name: "bump", Body: "BEGIN UPDATE jobs SET n = 0; END"},
+			{Schema: "app", Name: "bumpf", Function: true, Body: "BEGIN UPDATE jobs SET n = 0; RETURN 1; END"},
+			{Schema: "app", Name: "q1", Body: "BEGIN SELECT 1; CALL bÜmp(); END"},
+			{Schema: "app", Name: "q2", Body: "BEGIN SELECT 1; IF 1 THEN SET @x = `BÜMPF`(); END IF; END"},
+			{Schema: "app", Name: "q3", Body: "BEGIN SELECT 1; UPDATE `v_über` SET id = 1; END"},
+			{Schema: "app", Name: "q4", Body: "BEGIN SELECT 1; WHILE 0 DO CALL app.bÜmp(); END WHILE; END"},
+			{Schema: "app", Name: "ok", Body: "BEGIN SELECT 1; CALL bumpy(); END"},
+		},
+		Triggers: []Trigger{{Schema: "app", Name: "n_ai", Table: "notes", Event: OpInsert, Body: "BEGIN SET @a = 1; CALL `bümp`(); END"}},
+	}
+	c := Close(snap, []Protected{{Schema: "app", Table: "jobs"}, {Schema: "app", Table: "fenced_job_leases", LeaseTable: true}})
+	for _, n := range []string{"q1", "q2", "q3", "q4"} {
+		if c.Procedure("app", n) == nil {
+			t.Errorf("%s: not refused", n)
+		}
+	}
+	if c.Procedure("app", "ok") != nil {
+		t.Errorf("ok: refused")
+	}
+	if f := c.Table("app", "notes"); f == nil || len(f.For(OpInsert)) == 0 {
+		t.Errorf("notes: its trigger's call of bümp does not reach jobs")
+	}
+}
