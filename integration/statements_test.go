@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/integration/dbtest"
 )
 
 // The statement half of the closed model (docs/statements.md) against the
@@ -261,4 +262,34 @@ func TestStatementsModelled(t *testing.T) {
 			t.Fatalf("plain has %s rows", got)
 		}
 	})
+}
+
+// TestSwe7Handshake: a client whose handshake names a swe7 collation (in
+// which [ ] ^ { } ~ are letters: the server reads b^mp2 as one name) gets
+// every statement refused while the policy protects a table.
+func TestSwe7Handshake(t *testing.T) {
+	e := newStatementsEnv(t)
+	mustExec(t, e.root, "CREATE PROCEDURE `bÜmp2`() BEGIN UPDATE jobs SET n = n + 1; END")
+	c, err := appDB(t, e.proxy, e.db, "collation=swe7_swedish_ci", "multiStatements=true").Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := e.fullDump(t)
+	for _, q := range []string{"CALL b^mp()", "CALL b^mp2()", "SELECT 1"} {
+		_, err := c.ExecContext(context.Background(), q)
+		if err == nil || !strings.Contains(err.Error(), "ASCII") {
+			t.Errorf("%s: %v, want refused", q, err)
+		}
+	}
+	if after := e.fullDump(t); after != before {
+		t.Fatalf("the swe7 session changed the tables:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	// Directly, the same session reads b^mp2 as one name (the proxy's
+	// lexer would read b, ^, mp2): measured, the server looks for a
+	// procedure named b, 0x5E, mp2.
+	d := directDB(t, dbtest.Shared(t), e.db, "collation=swe7_swedish_ci")
+	if _, err := d.Exec("CALL b^mp2()"); err == nil || !strings.Contains(err.Error(), "b.005Emp2") {
+		t.Fatalf("directly, CALL b^mp2(): %v; want the server to read one name", err)
+	}
 }

@@ -105,6 +105,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 	c.resetCharsetUnsafe = collationUnsafe(c.srv, uint16(ch.charset))
 	c.setCharset(c.resetCharsetUnsafe)
 	c.sess.NamesUTF8 = collationUTF8(c.srv, uint16(ch.charset))
+	c.sess.ASCIIRemap = collationRemaps(c.srv, uint16(ch.charset))
 
 	bseq := byte(1)
 	if useBackendTLS {

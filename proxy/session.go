@@ -47,9 +47,11 @@ func (c *clientConn) resetConnection() {
 	c.forgetSessionState()
 	// MySQL's and TiDB's reset are not measured here: fail closed.
 	c.setCharset(c.resetCharsetUnsafe || c.srv.Flavor != rewrite.MariaDB)
-	// Whether it is UTF-8 (for prepared statement names) is learned when
-	// a refusal needs it (Refusal.CharsetUnknown).
+	// Whether it is UTF-8 (for prepared statement names) and whether it
+	// reads ASCII as ASCII are learned when a refusal needs them
+	// (Refusal.CharsetUnknown).
 	c.sess.NamesUTF8 = false
+	c.sess.ASCIIRemap = c.sess.UnsafeCharset
 }
 
 // changedUser records a COM_CHANGE_USER the server accepted (its OK's
@@ -60,12 +62,13 @@ func (c *clientConn) changedUser(cu changeUser) {
 	c.sess.Schema = cu.db
 	if !cu.hasCharset {
 		c.setCharset(true) // the server's default
-		c.sess.NamesUTF8 = false
+		c.sess.NamesUTF8, c.sess.ASCIIRemap = false, true
 		return
 	}
 	c.resetCharsetUnsafe = collationUnsafe(c.srv, cu.charset)
 	c.setCharset(c.resetCharsetUnsafe)
 	c.sess.NamesUTF8 = collationUTF8(c.srv, cu.charset)
+	c.sess.ASCIIRemap = collationRemaps(c.srv, cu.charset)
 }
 
 // changeUserFailed records a COM_CHANGE_USER the server refused: the
@@ -73,7 +76,7 @@ func (c *clientConn) changedUser(cu changeUser) {
 func (c *clientConn) changeUserFailed(cu changeUser) {
 	c.forgetSessionState()
 	c.setCharset(true) // the server's default
-	c.sess.NamesUTF8 = false
+	c.sess.NamesUTF8, c.sess.ASCIIRemap = false, true
 	// No OK, no status flags: NO_BACKSLASH_ESCAPES is whatever the global
 	// sql_mode says, and no transaction is open.
 	c.sess.NoBackslashEscapes = rewrite.Unknown
@@ -122,6 +125,17 @@ func collationUTF8(srv rewrite.Server, id uint16) bool {
 	}
 	c, err := charset.GetCollationByID(int(id))
 	return err == nil && rewrite.UTF8CharsetName(c.CharsetName)
+}
+
+// collationRemaps reports whether a client character set named by
+// collation id may read ASCII bytes as other characters (swe7), or is not
+// known (rewrite.Session.ASCIIRemap).
+func collationRemaps(srv rewrite.Server, id uint16) bool {
+	if !collationKnown(srv, id) {
+		return true
+	}
+	c, err := charset.GetCollationByID(int(id))
+	return err != nil || rewrite.RemapsASCIIName(c.CharsetName)
 }
 
 // collationKnown: the parser's table is MySQL 8's; MariaDB 10.11 has every

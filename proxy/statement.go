@@ -389,9 +389,11 @@ func (c *clientConn) learnCharset() bool {
 	}
 	unsafe := rewrite.UnsafeCharsetName(rows[0][0].s)
 	utf8 := rewrite.UTF8CharsetName(rows[0][0].s)
-	changed := unsafe != c.sess.UnsafeCharset || utf8 != c.sess.NamesUTF8
+	remap := rewrite.RemapsASCIIName(rows[0][0].s)
+	changed := unsafe != c.sess.UnsafeCharset || utf8 != c.sess.NamesUTF8 || remap != c.sess.ASCIIRemap
 	c.sess.UnsafeCharset = unsafe
 	c.sess.NamesUTF8 = utf8
+	c.sess.ASCIIRemap = remap
 	return changed
 }
 

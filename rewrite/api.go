@@ -75,6 +75,13 @@ type Session struct {
 	// (while the policy protects a table): the server finds them by their
 	// converted bytes (see StmtName).
 	NamesUTF8 bool
+	// ASCIIRemap: the client character set may read ASCII bytes as other
+	// characters (swe7 reads [ ] ^ { } ~ as letters: the server reads
+	// b^mp as one name, fenceproxy b, ^, mp), or is not known. While the
+	// policy protects a table every statement is refused
+	// (Refusal.CharsetUnknown: the proxy may learn the character set and
+	// ask again).
+	ASCIIRemap bool
 	// Oracle: sql_mode ORACLE, under which compound statements read
 	// differently (BEGIN starts a block, procedures are called without
 	// CALL). Unknown: both readings must agree.
@@ -159,6 +166,7 @@ type Stmt struct {
 	NoBackslashEscapes Tri    // Kind SetSQLMode
 	UnsafeCharset      bool   // Kind SetCharset (and Kind SetSQLMode when SetsCharset)
 	NamesUTF8          bool   // Kind SetCharset (and SetSQLMode when SetsCharset): the new set is utf8mb3/utf8mb4
+	ASCIIRemap         bool   // Kind SetCharset (and SetSQLMode when SetsCharset): the new set is not known to read ASCII as ASCII
 	Oracle             Tri    // Kind SetSQLMode: sql_mode ORACLE
 	// Name: Kind Prepare, Execute, Deallocate: the statement name folded
 	// as the server compares them (StmtName), so that two names are the

@@ -42,6 +42,7 @@ type cacheCtx struct {
 	unsafe  bool
 	oracle  Tri
 	utf8    bool
+	remap   bool
 	srv     Server
 	prepare bool
 }
@@ -66,7 +67,7 @@ func newCache[V any](entries int) *cache[V] {
 
 func ctxOf(srv Server, s *Session, prepare bool) cacheCtx {
 	return cacheCtx{schema: s.Schema, ansi: s.ANSIQuotes, nbe: s.NoBackslashEscapes, unsafe: s.UnsafeCharset,
-		oracle: s.Oracle, utf8: s.NamesUTF8, srv: srv, prepare: prepare}
+		oracle: s.Oracle, utf8: s.NamesUTF8, remap: s.ASCIIRemap, srv: srv, prepare: prepare}
 }
 
 func find[V any](list []cacheEntry[V], ctx *cacheCtx) (V, bool) {

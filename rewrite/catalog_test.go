@@ -16,7 +16,6 @@ func testSnapshot() *catalog.Snapshot {
 			{Schema: "app", Name: "forge"}, {Schema: "app", Name: "notes"},
 			{Schema: "app", Name: "v_inv"}, {Schema: "app", Name: "v_runs"}, {Schema: "app", Name: "v_both"}, {Schema: "app", Name: "v_fn"},
 			{Schema: "app", Name: "fx"}, {Schema: "app", Name: "m_inv"}, {Schema: "app", Name: "v_fx"},
-			{Schema: "app", Name: "v_\u00fcber"},
 		},
 		Views: []catalog.View{
 			{Schema: "app", Name: "v_inv", Definition: "select `app`.`invoices`.`id` AS `id`,`app`.`invoices`.`amount` AS `amount` from `app`.`invoices`"},
@@ -24,8 +23,6 @@ func testSnapshot() *catalog.Snapshot {
 			{Schema: "app", Name: "v_both", Definition: "select `i`.`id` AS `id`,`r`.`state` AS `state` from (`app`.`invoices` `i` join `app`.`reconciliation_runs` `r` on(`i`.`id` = `r`.`id`))"},
 			{Schema: "app", Name: "v_fn", Definition: "select `app`.`bump`(1) AS `x`"},
 			{Schema: "app", Name: "v_fx", Definition: "select `app`.`fx`.`id` AS `id` from `app`.`fx`"},
-			// A view whose name is not ASCII: a latin1 client names it in bytes that are not UTF-8.
-			{Schema: "app", Name: "v_\u00fcber", Definition: "select `app`.`invoices`.`id` AS `id` from `app`.`invoices`"},
 		},
 		Triggers: []catalog.Trigger{
 			{Schema: "app", Name: "orders_ai", Table: "orders", Event: catalog.OpInsert, Body: "INSERT INTO invoices (id) VALUES (NEW.id)"},
@@ -56,7 +53,14 @@ func testSnapshot() *catalog.Snapshot {
 func catalogEngine(t testing.TB, stale string, cache bool) *Engine {
 	t.Helper()
 	p := testPolicy(t)
-	opts := Options{CacheEntries: -1, ShapeEntries: -1, Catalog: catalog.Close(testSnapshot(), ProtectedFor(p)), CatalogStale: stale}
+	snap := testSnapshot()
+	// A view whose name is not ASCII: a latin1 client names it in bytes
+	// that are not UTF-8. (Not in the benchmarks' catalog: non-ASCII names
+	// take the fast path's slower comparison.)
+	snap.Tables = append(snap.Tables, catalog.Name{Schema: "app", Name: "v_\u00fcber"})
+	snap.Views = append(snap.Views, catalog.View{Schema: "app", Name: "v_\u00fcber",
+		Definition: "select `app`.`invoices`.`id` AS `id` from `app`.`invoices`"})
+	opts := Options{CacheEntries: -1, ShapeEntries: -1, Catalog: catalog.Close(snap, ProtectedFor(p)), CatalogStale: stale}
 	if cache {
 		opts.ShapeEntries = 4096
 	}

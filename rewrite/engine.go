@@ -121,6 +121,9 @@ func (e *Engine) entry(sql []byte, srv Server, sess *Session, prepare bool) Deci
 	if sess != nil {
 		s = *sess
 	}
+	if s.ASCIIRemap && e.hasTables() {
+		return Decision{Action: Refuse, Refusal: remapRefusal}
+	}
 	if e.fastAll(sql, srv, s) {
 		return Decision{Action: Forward}
 	}
@@ -289,6 +292,11 @@ func sameCall(a, b *LeaseCall) bool {
 	}
 	return true
 }
+
+// remapRefusal: see Session.ASCIIRemap.
+var remapRefusal = &Refusal{CharsetUnknown: true, Reason: "the client character set is not known to read ASCII as " +
+	"ASCII (swe7, or one fenceproxy does not know), so fenceproxy cannot read statements as the server does; " +
+	"use utf8mb4 (SET NAMES utf8mb4)"}
 
 func refuse(table, reason string) Decision {
 	return Decision{Action: Refuse, Refusal: &Refusal{Table: table, Reason: reason}}

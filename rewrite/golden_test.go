@@ -141,6 +141,8 @@ func (c *goldenCase) applyHeader(t *testing.T, l string) {
 				c.sess.Oracle = tri
 			case "utf8":
 				c.sess.NamesUTF8 = v == "yes"
+			case "remap":
+				c.sess.ASCIIRemap = v == "yes"
 			}
 		}
 	case "prepare":

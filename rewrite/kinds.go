@@ -84,7 +84,7 @@ var statementKinds = []stmtKind{
 	{lead: "describe", handles: kindFence, what: "DESCRIBE / EXPLAIN (EXPLAIN ANALYZE runs the statement)", example: "DESCRIBE staging"},
 	{lead: "desc", handles: kindFence, what: "DESC", example: "DESC staging"},
 	{lead: "explain", handles: kindFence, what: "EXPLAIN", example: "EXPLAIN SELECT 1"},
-	{lead: "analyze", handles: kindFence, what: "ANALYZE TABLE; MariaDB's ANALYZE <statement> runs it", example: "ANALYZE TABLE staging"},
+	{lead: "analyze", handles: kindFence, what: "ANALYZE TABLE; MariaDB's ANALYZE of a statement runs it", example: "ANALYZE TABLE staging"},
 	{lead: "help", handles: kindRelay, what: "HELP", example: "HELP 'x'"},
 	{lead: "do", handles: kindRelay, what: "DO expr", example: "DO 1"},
 	{lead: "check", handles: kindRelay, what: "CHECK TABLE / VIEW", example: "CHECK TABLE staging"},

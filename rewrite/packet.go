@@ -209,6 +209,12 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 		sess := st.session()
 		eff := sess.Apply(&res.stmt, InPacket)
 		st.schema, st.unsafe, st.oracle, st.utf8 = sess.Schema, sess.UnsafeCharset, sess.Oracle, sess.NamesUTF8
+		if eff.Charset && sess.ASCIIRemap && pc.e.hasTables() {
+			out.refusal = &Refusal{CharsetUnknown: true, Reason: "after this statement switches to a character set " +
+				"fenceproxy does not know to read ASCII as ASCII, it cannot read the rest of the query; send the " +
+				"statements that follow in a query of their own"}
+			return out
+		}
 		if eff.Charset && sess.UnsafeCharset && pc.e.hasTables() && hasTrailPair(pc.src[next:]) {
 			out.refusal = &Refusal{Reason: "after this statement switches to a character set that may hide quotes or " +
 				"backslashes inside multibyte characters, a later statement of the query has a non-ASCII byte " +

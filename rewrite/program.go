@@ -179,10 +179,10 @@ func (blk *stmtIn) blockChecks(r blockResult, oracle bool) (stmtRes, bool) {
 	if res, ok := blk.catalogRefusal(); ok {
 		return res, true
 	}
-	if res, bad := blk.programText("a compound statement (BEGIN NOT ATOMIC ... END)"); bad {
+	if res, ok := blk.forwardTokens(); ok {
 		return res, true
 	}
-	if res, ok := blk.forwardTokens(); ok {
+	if res, bad := blk.programText("a compound statement (BEGIN NOT ATOMIC ... END)"); bad {
 		return res, true
 	}
 	for _, p := range r.pieces {
@@ -305,10 +305,10 @@ func (in *stmtIn) definition() stmtRes {
 		if res, ok := def.catalogRefusal(); ok {
 			return res
 		}
-		if res, bad := def.programText("a stored program definition"); bad {
+		if res, ok := def.forwardTokens(); ok {
 			return res
 		}
-		if res, ok := def.forwardTokens(); ok {
+		if res, bad := def.programText("a stored program definition"); bad {
 			return res
 		}
 		if def.udf() {

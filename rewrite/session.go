@@ -73,6 +73,7 @@ func (s *Session) Apply(st *Stmt, at EffectAt) Effect {
 	if st.Kind == SetCharset || st.Kind == SetSQLMode && st.SetsCharset {
 		e.Charset = true
 		s.NamesUTF8 = st.NamesUTF8
+		s.ASCIIRemap = st.ASCIIRemap
 		if at == AfterResult || st.UnsafeCharset {
 			s.UnsafeCharset = st.UnsafeCharset
 		}
@@ -133,6 +134,7 @@ func (in *stmtIn) setStmt(n *ast.SetStmt) stmtRes {
 			name, known := charsetValue(v.Value)
 			st.UnsafeCharset = !known || UnsafeCharsetName(name)
 			st.NamesUTF8 = known && utf8Charset(name)
+			st.ASCIIRemap = !known || !asciiCharset(name)
 			if r, bad := in.charsetRefusal(name, known, "the client character set"); bad {
 				return r
 			}
@@ -144,6 +146,7 @@ func (in *stmtIn) setStmt(n *ast.SetStmt) stmtRes {
 			name, known := charsetValue(v.Value)
 			st.UnsafeCharset = !known || UnsafeCharsetName(name)
 			st.NamesUTF8 = known && utf8Charset(name)
+			st.ASCIIRemap = !known || !asciiCharset(name)
 			if r, bad := in.charsetRefusal(name, known, "the client character set"); bad {
 				return r
 			}
@@ -200,9 +203,9 @@ func (in *stmtIn) setUnparsed() stmtRes {
 	switch {
 	case mode:
 		return stmtRes{stmt: Stmt{Kind: SetSQLMode, ANSIQuotes: Unknown, NoBackslashEscapes: Unknown, Oracle: Unknown,
-			SetsCharset: cs, UnsafeCharset: cs}, matters: true}
+			SetsCharset: cs, UnsafeCharset: cs, ASCIIRemap: cs}, matters: true}
 	case cs:
-		return stmtRes{stmt: Stmt{Kind: SetCharset, UnsafeCharset: true}, matters: true}
+		return stmtRes{stmt: Stmt{Kind: SetCharset, UnsafeCharset: true, ASCIIRemap: true}, matters: true}
 	}
 	return stmtRes{stmt: Stmt{Kind: Other}}
 }
@@ -319,6 +322,12 @@ func asciiCharset(name string) bool {
 func UnsafeCharsetName(name string) bool {
 	s := strings.ToLower(strings.TrimSpace(name))
 	return unsafeCharsets[s] || !asciiCharset(s)
+}
+
+// RemapsASCIIName reports whether a client character set named so is not
+// known to read ASCII bytes as ASCII (Session.ASCIIRemap).
+func RemapsASCIIName(name string) bool {
+	return !asciiCharset(strings.ToLower(strings.TrimSpace(name)))
 }
 
 // UTF8CharsetName reports whether a client character set named so is
