@@ -241,7 +241,7 @@ func (in *stmtIn) innerStatement(call bool) (stmtRes, bool) {
 			return stmtRes{}, false
 		}
 	}
-	res := in.decideStmt()
+	res := in.decide()
 	if res.refusal != nil {
 		r := *res.refusal
 		r.Reason = "in a compound statement: " + r.Reason
@@ -256,7 +256,7 @@ func (in *stmtIn) innerStatement(call bool) (stmtRes, bool) {
 		return what("changes the session (schema, sql_mode, character set or prepared statements) in a way " +
 			"fenceproxy cannot follow")
 	}
-	if len(res.edits) > 0 || res.call != nil || res.endAt != 0 {
+	if len(res.edits) > 0 || res.call != nil || res.endAt != 0 || res.stmt.Locks == LocksTaken {
 		return what("holds a statement fenceproxy would have to change")
 	}
 	return stmtRes{}, false
