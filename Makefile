@@ -1,15 +1,20 @@
 # fenceproxy: `make` builds, `make test` runs every test against a real
 # MariaDB/MySQL server (installing mariadb-server with apt-get if no server
-# binary is found), `make bench` runs the benchmarks.
+# binary is found), `make unit` runs the fast tier (no server started: the
+# tests that need one are skipped and counted), `make bench` runs the
+# benchmarks. docs/testing.md names each package's tier.
 GO ?= go
 
-.PHONY: build test vet bench bench-sysbench bench-table demo clean
+.PHONY: build test unit vet bench bench-sysbench bench-table demo clean
 
 build:
 	$(GO) build -o bin/fenceproxy ./cmd/fenceproxy
 
 test:
 	./scripts/test.sh
+
+unit:
+	./scripts/unit.sh
 
 vet:
 	$(GO) vet ./...

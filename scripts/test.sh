@@ -8,7 +8,9 @@
 # galera-4, rsync, iproute2 (ss, used by the rsync state transfer),
 # mariadb-plugin-connect, mariadb-plugin-spider and prometheus when they are missing and building tidb-server
 # (scripts/tidb-server.sh) into its cache, and makes a missing server a
-# failure instead of a skip. The randomized Galera race runs for
+# failure instead of a skip, and runs every tier (FENCEPROXY_TEST_TIER=all:
+# the tests in unit packages that need a server too; make unit runs the
+# fast tier alone). The randomized Galera race runs for
 # FENCEPROXY_GALERA_RACE per fence shape (30s here, a few seconds by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +70,7 @@ if [[ -z ${FENCEPROXY_TEST_TIDB_DSN:-} ]]; then
 fi
 
 export FENCEPROXY_REQUIRE_SERVER=1
+export FENCEPROXY_TEST_TIER=all
 export FENCEPROXY_GALERA_RACE=${FENCEPROXY_GALERA_RACE:-30s}
 go vet ./...
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

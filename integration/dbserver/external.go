@@ -23,6 +23,9 @@ import (
 // of the CA that signed its certificate, Certs (CAFile and CAPool only) and
 // TLSName are set.
 func FromDSN(dsn string) (*Server, error) {
+	if err := checkTier(); err != nil {
+		return nil, err
+	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("dbserver: FENCEPROXY_TEST_DSN: %w", err)

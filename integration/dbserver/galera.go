@@ -155,6 +155,9 @@ func StartGalera(ctx context.Context, opts ClusterOptions) (_ *Cluster, err erro
 	if n < 1 || opts.BinlogNode < 0 || opts.BinlogNode > n {
 		return nil, fmt.Errorf("dbserver: bad cluster options %+v", opts)
 	}
+	if err := checkTier(); err != nil {
+		return nil, err
+	}
 	binary, err := Find()
 	if err != nil {
 		return nil, err

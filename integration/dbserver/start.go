@@ -16,6 +16,9 @@ import (
 // life: the server runs until Close, or until this process dies (the child
 // gets SIGKILL then, so no server outlives a crashed or timed-out test).
 func Start(ctx context.Context, opts Options) (_ *Server, err error) {
+	if err := checkTier(); err != nil {
+		return nil, err
+	}
 	var certs *Certs
 	mopts := mysqld.Options{Binlog: opts.Binlog}
 	if opts.TLS {

@@ -75,6 +75,9 @@ func FindTiDB() (string, error) {
 // root with a random password and AppUser (mysql_native_password), both
 // reachable over TCP only (no unix socket). ctx bounds the start only.
 func StartTiDB(ctx context.Context) (srv *Server, err error) {
+	if err := checkTier(); err != nil {
+		return nil, err
+	}
 	binary, err := FindTiDB()
 	if err != nil {
 		return nil, err

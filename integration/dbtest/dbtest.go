@@ -8,7 +8,11 @@
 //	func TestMain(m *testing.M) { dbtest.Main(m) }
 //
 // When no server binary is installed, tests that ask for a server are
-// skipped, unless FENCEPROXY_REQUIRE_SERVER=1 (CI): then they fail.
+// skipped, unless FENCEPROXY_REQUIRE_SERVER=1 (CI): then they fail. They
+// are skipped too outside their tier (dbserver.EnvTier): always with
+// FENCEPROXY_TEST_TIER=unit, and in unit packages (anything outside
+// integration/) unless FENCEPROXY_TEST_TIER=all or
+// FENCEPROXY_REQUIRE_SERVER=1.
 package dbtest
 
 import (
@@ -74,12 +78,19 @@ func (sh *shared) get(t testing.TB, opts dbserver.Options) *dbserver.Server {
 }
 
 // Unavailable ends the test because no server could be had: a skip when no
-// server binary is installed (unless FENCEPROXY_REQUIRE_SERVER=1), a
-// failure for any other reason (a broken server is a bug, not a skip).
+// server binary is installed or the tier being run has no servers (unless
+// FENCEPROXY_REQUIRE_SERVER=1), a failure for any other reason (a broken
+// server is a bug, not a skip).
 func Unavailable(t testing.TB, err error) {
 	t.Helper()
 	missing := errors.Is(err, dbserver.ErrNotFound) || errors.Is(err, dbserver.ErrTiDBNotFound)
-	if missing && os.Getenv(EnvRequire) != "1" {
+	outside := errors.Is(err, dbserver.ErrOutsideTier)
+	switch {
+	case os.Getenv(EnvRequire) == "1":
+		t.Fatal(err)
+	case outside:
+		t.Skip(err)
+	case missing:
 		t.Skip("no database server: ", err)
 	}
 	t.Fatal(err)
