@@ -36,6 +36,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 	c.scramble = hs.scramble
 	c.srv = parseServerVersion(hs.version)
 	c.noteStatus(hs.status)
+	c.testPanic(panicHandshake)
 
 	useBackendTLS := c.p.backendTLS != nil && hs.caps&mysql.CLIENT_SSL != 0
 	if c.p.backendTLS != nil && !useBackendTLS && c.p.backendMode != policy.TLSPreferred {

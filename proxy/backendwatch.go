@@ -27,6 +27,8 @@ func (c *clientConn) startWatch() *backendWatch {
 	parked := c.backend.parked()
 	go func() {
 		defer close(w.done)
+		defer c.recoverGoroutine("idle watch", nil)
+		c.testPanic(panicWatch)
 		var err error
 		if parked {
 			err = c.backend.waitReadable()

@@ -69,6 +69,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	}
 	cmd := head[headerLen]
 	c.noteCommand(cmd)
+	c.testPanic(panicCommand)
 	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_PREPARE {
 		// The statement text may not exceed max_query_bytes, whether the
 		// proxy inspects it or only relays it; forwardCommand counts
@@ -202,8 +203,8 @@ func (c *clientConn) pipe() error {
 		return err
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- copyAll(c.client, c.backend) }()
-	go func() { errc <- copyAll(c.backend, c.client) }()
+	go func() { defer c.recoverGoroutine("replication pipe", errc); errc <- copyAll(c.client, c.backend) }()
+	go func() { defer c.recoverGoroutine("replication pipe", errc); errc <- copyAll(c.backend, c.client) }()
 	err := <-errc
 	c.forceClose()
 	<-errc

@@ -101,6 +101,7 @@ type clientConn struct {
 
 	// between commands: see waitCommand and wake
 	mu         sync.Mutex
+	panicked   atomic.Bool // a goroutine of the connection panicked (panic.go)
 	idle       bool
 	parked     bool // both sides' buffers are back in the pools (for tests)
 	lastActive time.Time
@@ -153,6 +154,7 @@ func (c *clientConn) remote() string {
 
 func (c *clientConn) serve(rt *runtime) {
 	defer c.close()
+	defer c.recoverServe()
 	if err := c.handshake(rt); err != nil {
 		c.logEnd(err, "handshake")
 		return

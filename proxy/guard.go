@@ -180,6 +180,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		return fg.rejectGuarded(rt, f, v)
 	}
 	fg.watchConflicts(rt, f, v)
+	c.testPanic(panicGuarded)
 	if !wrap {
 		if err := send(); err != nil {
 			return err

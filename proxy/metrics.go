@@ -29,6 +29,7 @@ type Metrics struct {
 	// DatabaseGuardMissing: 1 for a protected table whose guard triggers
 	// are missing or outdated (its writes are refused), 0 when current.
 	DatabaseGuardMissing *prometheus.GaugeVec
+	ConnectionPanics     prometheus.Counter
 
 	// per command byte; unknown commands share the "other" children
 	commands      [256]prometheus.Counter
@@ -98,6 +99,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenceproxy_audit_table_written_total", Help: "Audit records written to the audit table (fenced_audit)."}),
 		AuditTableDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_audit_table_dropped_total", Help: "Audit records that never reached the audit table (queue full, write failed, no schema, shutdown); the audit file still has them."}),
+		ConnectionPanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_connection_panics_total", Help: "Client connections closed by an internal error (a panic) in the proxy: each is logged with its stack; the other connections were not affected."}),
 		LeaseCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_lease_calls_total", Help: "SQL lease functions answered by the proxy, by function and result: ok (acquired, renewed, released, status read), held (fence_acquire: held by another owner), lost (fence_renew/fence_release: the session's lease expired, was taken over or released), error."},
 			[]string{"func", "result"}),
@@ -136,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,
 			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining,
-			m.DatabaseGuardMissing)
+			m.DatabaseGuardMissing, m.ConnectionPanics)
 	}
 	return m
 }

@@ -79,6 +79,8 @@ type Proxy struct {
 	nextID    atomic.Uint64
 	active    atomic.Int64
 	wg        sync.WaitGroup
+
+	panicAt atomic.Pointer[panicHook] // tests only: make a connection panic (panic.go)
 }
 
 // runtime is what a configuration reload replaces as one unit.
@@ -302,10 +304,13 @@ func (p *Proxy) startConn(nc net.Conn) {
 			delete(p.conns, c)
 			p.mu.Unlock()
 		}()
-		if c.identifyPeer(rt) {
+		if c.identifyPeerIsolated(rt) {
 			c.serve(rt)
 		} else {
 			c.close()
+		}
+		if c.panicked.Load() {
+			return // its buffers may be in any state: the collector takes them
 		}
 		// serve has closed both sides and ended every goroutine of the
 		// connection: its buffers can serve another one.

@@ -261,6 +261,7 @@ func (r *relayer) eof() error {
 
 func (r *relayer) setStart(uint64) error {
 	_, err := r.c.relayPacket()
+	r.c.testPanic(panicResponse)
 	return err
 }
 
