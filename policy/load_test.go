@@ -24,7 +24,7 @@ func TestDefaults(t *testing.T) {
 			Idle:      Duration(8 * time.Hour),
 			Shutdown:  Duration(30 * time.Second),
 		},
-		Limits:  Limits{MaxQueryBytes: 64 << 20, RewriteCache: 4096},
+		Limits:  Limits{MaxQueryBytes: 64 << 20, MaxParseBytes: 1 << 20, MaxParseTokens: 25_000, MaxParseNesting: 2_500, RewriteCache: 4096},
 		Backend: Backend{Address: "127.0.0.1:3306", TLS: "disabled", Engine: "auto"},
 		Fencing: Fencing{
 			LeaseTable: "fenced_job_leases",

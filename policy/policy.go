@@ -76,6 +76,20 @@ type Limits struct {
 	// proxy buffers to inspect (default 64 MiB). Larger statements are
 	// refused with an error: they cannot be checked for protected tables.
 	MaxQueryBytes int `yaml:"max_query_bytes"`
+	// The max_parse_* limits bound a COM_QUERY / COM_STMT_PREPARE text
+	// that the proxy has to parse (it names a protected table, a catalog
+	// object or a lease function, or changes the session); past one, the
+	// text is refused while any table is protected. Texts that name
+	// nothing protected are relayed without parsing and never counted.
+	//
+	// MaxParseBytes: its length (default 1 MiB).
+	MaxParseBytes int `yaml:"max_parse_bytes"`
+	// MaxParseTokens: its tokens (words, literals, operators), all its
+	// statements together (default 25000).
+	MaxParseTokens int `yaml:"max_parse_tokens"`
+	// MaxParseNesting: how deep the parentheses of one of its statements
+	// nest (default 2500).
+	MaxParseNesting int `yaml:"max_parse_nesting"`
 	// RewriteCache is the number of rewritten statements remembered
 	// (default 4096; 0 = no cache: neither decisions nor statement shapes are remembered).
 	RewriteCache int `yaml:"rewrite_cache"`

@@ -63,6 +63,15 @@ func (c *Config) fillDefaults(d *decoder) {
 	if !d.has("limits.max_query_bytes") {
 		c.Limits.MaxQueryBytes = DefaultMaxQueryBytes
 	}
+	if !d.has("limits.max_parse_bytes") {
+		c.Limits.MaxParseBytes = DefaultMaxParseBytes
+	}
+	if !d.has("limits.max_parse_tokens") {
+		c.Limits.MaxParseTokens = DefaultMaxParseTokens
+	}
+	if !d.has("limits.max_parse_nesting") {
+		c.Limits.MaxParseNesting = DefaultMaxParseNesting
+	}
 	if !d.has("limits.rewrite_cache") {
 		c.Limits.RewriteCache = DefaultRewriteCache
 	}
@@ -143,6 +152,15 @@ func (c *Config) validate(d *decoder) {
 		case c.Backend.User == "":
 			d.fail("catalog.refresh", "needs backend.user: the catalog is read with the proxy's own account")
 		}
+	}
+	if n := c.Limits.MaxParseBytes; n < 1 || n > maxQueryBytesL {
+		d.fail("limits.max_parse_bytes", fmt.Sprintf("must be from 1 to %d (1 GiB)", maxQueryBytesL))
+	}
+	if n := c.Limits.MaxParseTokens; n < 1 || n > maxTokensL {
+		d.fail("limits.max_parse_tokens", fmt.Sprintf("must be from 1 to %d", maxTokensL))
+	}
+	if n := c.Limits.MaxParseNesting; n < 1 || n > maxNestingL {
+		d.fail("limits.max_parse_nesting", fmt.Sprintf("must be from 1 to %d", maxNestingL))
 	}
 	if c.Limits.RewriteCache < 0 {
 		d.fail("limits.rewrite_cache", "must be 0 (no cache) or more")

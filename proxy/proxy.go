@@ -204,7 +204,7 @@ func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 	unguarded := p.unguarded(pol)
 	p.setGuardMetric(pol, unguarded)
 	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale) + guardFingerprint(unguarded),
-		engine: newRewriter(pol, cfg.Limits.RewriteCache, cat, stale), unguarded: unguarded, trusted: cfg.ProxyProtocol.Prefixes()}
+		engine: newRewriter(pol, cfg.Limits, cat, stale), unguarded: unguarded, trusted: cfg.ProxyProtocol.Prefixes()}
 	if old := p.rt.Load(); old != nil {
 		rt.gen = old.gen
 		if old.fingerprint != rt.fingerprint {

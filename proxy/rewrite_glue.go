@@ -11,11 +11,13 @@ import (
 // limits.rewrite_cache: 0 means no cache at all (neither decisions nor
 // statement shapes); rewrite's own zero means its default size, so 0 is
 // passed on as "disabled".
-func newRewriter(pol *policy.Policy, cache int, cat *catalog.Closure, stale string) *rewrite.Engine {
+func newRewriter(pol *policy.Policy, lim policy.Limits, cat *catalog.Closure, stale string) *rewrite.Engine {
+	cache := lim.RewriteCache
 	if cache == 0 {
 		cache = -1
 	}
-	return rewrite.New(pol, rewrite.Options{CacheEntries: cache, Catalog: cat, CatalogStale: stale})
+	return rewrite.New(pol, rewrite.Options{CacheEntries: cache, Catalog: cat, CatalogStale: stale,
+		MaxParseBytes: lim.MaxParseBytes, MaxParseTokens: lim.MaxParseTokens, MaxParseNesting: lim.MaxParseNesting})
 }
 
 func parseServerVersion(v string) rewrite.Server { return rewrite.ParseServerVersion(v) }

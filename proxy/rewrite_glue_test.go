@@ -25,7 +25,7 @@ func TestRewriteCacheZeroDisablesCaching(t *testing.T) {
 		{"zero disables", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRewriter(pol, tc.entries, nil, "")
+			r := newRewriter(pol, policy.Limits{RewriteCache: tc.entries}, nil, "")
 			sess := rewrite.Session{Schema: "app", ANSIQuotes: rewrite.Off, NoBackslashEscapes: rewrite.Off}
 			a := r.Query([]byte(stmt), srv, &sess)
 			b := r.Query([]byte(stmt), srv, &sess)

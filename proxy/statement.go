@@ -114,7 +114,7 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	}
 	switch d.Action {
 	case rewrite.Refuse:
-		sql := string(payload[1:])
+		sql := rewrite.DigestInput(payload[1:]) // all that the audit record's digest reads
 		c.consumeCommand(payload, inPlace)
 		return c.fence.refuse(rt, d.Refusal, sql)
 	case rewrite.Answer:
@@ -190,7 +190,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	d := c.decide(rt, payload[1:], true)
 	switch d.Action {
 	case rewrite.Refuse:
-		sql := string(payload[1:])
+		sql := rewrite.DigestInput(payload[1:]) // all that the audit record's digest reads
 		c.consumeCommand(payload, inPlace)
 		return c.fence.refuse(rt, d.Refusal, sql)
 	case rewrite.Answer:
@@ -347,7 +347,7 @@ func writeFence(stmts []rewrite.Stmt) *rewrite.Fence {
 // now, a protected write after its result (the tracker checks its lease).
 func (fg *fencing) shadow(rt *runtime, d rewrite.Decision, sql []byte) rewrite.Decision {
 	if d.Action == rewrite.Refuse {
-		fg.auditRefusal(rt, d.Refusal, string(sql), "shadow")
+		fg.auditRefusal(rt, d.Refusal, rewrite.DigestInput(sql), "shadow")
 		return rewrite.Decision{Action: rewrite.Forward}
 	}
 	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts}

@@ -25,6 +25,12 @@ type Options struct {
 	// of procedures it does not know, and calls of functions that are
 	// neither built in nor known to it (see stalecall.go) are refused.
 	CatalogStale string
+
+	// MaxParseBytes, MaxParseTokens and MaxParseNesting bound what the
+	// slow path reads of one packet (limits.go); 0 = the defaults.
+	MaxParseBytes   int
+	MaxParseTokens  int
+	MaxParseNesting int
 }
 
 // Engine decides on statements for one policy snapshot. It is safe for
@@ -46,6 +52,8 @@ type Engine struct {
 	// catSet: the catalog's names for the fast path, matched against the
 	// statement's identifiers rather than its raw text (see nameSet).
 	catSet *nameSet
+
+	maxBytes, maxTokens, maxNesting int // see limits.go
 }
 
 // New returns an Engine for the policy snapshot p (nil: nothing protected).
@@ -53,7 +61,16 @@ func New(p *policy.Policy, opts Options) *Engine {
 	if p == nil {
 		p = emptyPolicy()
 	}
-	e := &Engine{pol: p}
+	e := &Engine{pol: p, maxBytes: opts.MaxParseBytes, maxTokens: opts.MaxParseTokens, maxNesting: opts.MaxParseNesting}
+	if e.maxBytes <= 0 {
+		e.maxBytes = policy.DefaultMaxParseBytes
+	}
+	if e.maxTokens <= 0 {
+		e.maxTokens = policy.DefaultMaxParseTokens
+	}
+	if e.maxNesting <= 0 {
+		e.maxNesting = policy.DefaultMaxParseNesting
+	}
 	words := []string{"fence_", "sql_mode", "character_set_client"}
 	e.leases = map[string]*policy.Table{}
 	for _, t := range p.Tables {

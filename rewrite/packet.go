@@ -77,6 +77,8 @@ type packetCtx struct {
 	prepare bool
 	depth   int         // PREPARE/EXECUTE IMMEDIATE nesting
 	trace   *shapeTrace // the shape cache's record of this decision; nil = none wanted
+	tokens  int         // tokens read so far, every reading included (limits.go)
+	forks   int         // readings of an unknown sql_mode in force (fork)
 }
 
 // restResult is the verdict on the statements from some position on.
@@ -98,6 +100,12 @@ func (e *Engine) decidePacket(sql []byte, srv Server, s Session, mode lexMode, p
 }
 
 func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, depth int, tr *shapeTrace) Decision {
+	if len(sql) > e.maxBytes {
+		if e.hasTables() {
+			return Decision{Action: Refuse, Refusal: e.bytesRefusal(len(sql))}
+		}
+		return Decision{Action: Forward} // nothing protected: relayed unread
+	}
 	pc := &packetCtx{e: e, src: sql, prepare: prepare, depth: depth, trace: tr}
 	norm := make([]byte, len(sql))
 	copy(norm, sql)
@@ -131,9 +139,7 @@ func (pc *packetCtx) finish(r restResult) Decision {
 	if len(r.edits) > 0 {
 		d.Action = Send
 		d.SQL = applyEdits(pc.src, r.edits)
-		for i := range r.stmts {
-			r.stmts[i].Span = mapSpan(r.stmts[i].Span, r.edits)
-		}
+		mapSpans(r.stmts, r.edits)
 	}
 	if r.matters {
 		d.Stmts = r.stmts
@@ -141,28 +147,51 @@ func (pc *packetCtx) finish(r restResult) Decision {
 	return d
 }
 
-// mapSpan moves a statement's byte range of the client's text to the sent
-// text: edits before it shift both ends, its own edits (insertions at its
-// end included) shift the end.
-func mapSpan(sp [2]int, edits []edit) [2]int {
-	out := sp
-	for _, e := range edits {
-		delta := len(e.text) - (e.end - e.pos)
-		if e.pos < sp[0] {
-			out[0] += delta
+// mapSpans moves the statements' byte ranges of the client's text to the
+// sent text: edits before a statement shift both its ends, its own edits
+// (insertions at its end included) shift its end. The statements are in
+// order and do not overlap, so one pass over the edits in order does it
+// (a packet may hold tens of thousands of statements).
+func mapSpans(stmts []Stmt, edits []edit) {
+	es := make([]edit, len(edits))
+	copy(es, edits)
+	sort.SliceStable(es, func(i, j int) bool { return es[i].pos < es[j].pos })
+	delta := func(e edit) int { return len(e.text) - (e.end - e.pos) }
+	before, j := 0, 0
+	for i := range stmts {
+		sp := stmts[i].Span
+		for j < len(es) && es[j].pos < sp[0] {
+			before += delta(es[j])
+			j++
 		}
-		if e.pos <= sp[1] {
-			out[1] += delta
+		within := before
+		for k := j; k < len(es) && es[k].pos <= sp[1]; k++ {
+			within += delta(es[k])
 		}
+		stmts[i].Span = [2]int{sp[0] + before, sp[1] + within}
 	}
-	return out
 }
 
 // decideRest decides on the statements from pos on.
 func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 	out := restResult{blind: true}
 	for pos <= len(pc.src) {
-		toks, end, issue, issuePos := lexStatement(pc.src, pos, st.mode, norm)
+		end, count, depth := scanStatement(pc.src, pos, st.mode)
+		if r := pc.overLimit(count, depth); r != nil {
+			if pc.e.hasTables() {
+				out.refusal = r
+				return out
+			}
+			// Nothing is protected: relayed unread.
+			out.nonEmpty++
+			out.blind = false
+			out.stmts = append(out.stmts, Stmt{Kind: Other, Span: [2]int{pos, end}})
+			if pos = end + 1; pos > len(pc.src) {
+				break
+			}
+			continue
+		}
+		toks, end, issue, issuePos := lexStatement(pc.src, pos, st.mode, norm, count)
 		next := end + 1
 		final := next > len(pc.src)
 		if issue != "" && pc.e.hasTables() {
@@ -240,6 +269,22 @@ func (pc *packetCtx) fork(pos int, st pstate, ansi, nbe Tri, norm []byte) restRe
 	rest := pc.src[pos:]
 	as := readings(ansi, rest, '"')
 	bs := readings(nbe, rest, '\\')
+	if len(as)*len(bs) == 1 {
+		// One reading: the rest is read once, in place.
+		s := st
+		s.mode.ansiQuotes, s.mode.noBackslash = as[0], bs[0]
+		return pc.decideRest(pos, s, norm)
+	}
+	// Each reading reads the rest of the packet, with a copy of the
+	// normalized text of its own: nested, they multiply (the token budget
+	// counts every reading, limits.go), and the copies add up.
+	if pc.forks >= maxForks {
+		return restResult{refusal: &Refusal{Reason: "more than " + itoa(maxForks) + " statements of this query set sql_mode " +
+			"to values fenceproxy cannot read, and the rest reads differently depending on them; " +
+			"send the statements that follow each of them in a separate query"}}
+	}
+	pc.forks++
+	defer func() { pc.forks-- }()
 	var first restResult
 	n := 0
 	for _, a := range as {
@@ -249,6 +294,10 @@ func (pc *packetCtx) fork(pos int, st pstate, ansi, nbe Tri, norm []byte) restRe
 			nn := make([]byte, len(norm))
 			copy(nn, norm)
 			r := pc.decideRest(pos, s, nn)
+			if pc.tokens > pc.e.maxTokens {
+				// The budget ran out in this reading: that is the reason.
+				return restResult{refusal: pc.e.tokensRefusal()}
+			}
 			if n == 0 {
 				first = r
 			} else if !sameRest(first, r) {
@@ -294,24 +343,6 @@ func (r *restResult) merge(s restResult) {
 	r.matters = r.matters || s.matters
 	r.edits = append(r.edits, s.edits...)
 	r.nonEmpty += s.nonEmpty
-}
-
-// lexStatement lexes one statement from pos: its tokens, the offset of its
-// terminating ';' (or len(src)), and the first lexing issue.
-func lexStatement(src []byte, pos int, mode lexMode, norm []byte) ([]token, int, string, int) {
-	lx := newLexer(src, mode, norm)
-	lx.pos = pos
-	var toks []token
-	for {
-		t, ok := lx.next()
-		if !ok {
-			return toks, len(src), lx.issue, lx.issuePos
-		}
-		if t.kind == tkOp && t.end-t.start == 1 && src[t.start] == ';' {
-			return toks, t.start, lx.issue, lx.issuePos
-		}
-		toks = append(toks, t)
-	}
 }
 
 // applyEdits returns src with the edits applied. Edits never overlap;

@@ -88,6 +88,9 @@ func (in *stmtIn) staleCallRefusal() (stmtRes, bool) {
 			if !ok {
 				break
 			}
+			if len(whole.toks) == e.maxTokens {
+				return stmtRes{refusal: e.tokensRefusal()}, true
+			}
 			whole.toks = append(whole.toks, t)
 		}
 		whole.end = len(in.pc.src)

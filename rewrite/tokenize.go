@@ -667,3 +667,55 @@ func (lx *lexer) scanOperator() {
 	}
 	lx.pos += l
 }
+
+// scanStatement is the first, counting pass over the statement that starts
+// at pos: the offset of its terminating ';' (or len(src)), how many live
+// tokens it has and how deep its parentheses nest. It neither allocates
+// nor blanks, so that the limits (limits.go) are checked before anything is
+// kept per token.
+func scanStatement(src []byte, pos int, mode lexMode) (end, count, depth int) {
+	lx := newLexer(src, mode, nil)
+	lx.pos = pos
+	open := 0
+	for {
+		t, ok := lx.next()
+		if !ok {
+			return len(src), count, depth
+		}
+		if t.kind == tkOp && t.end-t.start == 1 {
+			switch src[t.start] {
+			case ';':
+				return t.start, count, depth
+			case '(':
+				open++
+				depth = max(depth, open)
+			case ')':
+				open--
+			}
+		}
+		count++
+	}
+}
+
+// lexStatement lexes one statement from pos: its tokens, the offset of its
+// terminating ';' (or len(src)), and the first lexing issue. count is the
+// number of tokens scanStatement found: the slice is allocated once, at
+// that size.
+func lexStatement(src []byte, pos int, mode lexMode, norm []byte, count int) ([]token, int, string, int) {
+	lx := newLexer(src, mode, norm)
+	lx.pos = pos
+	var toks []token
+	if count > 0 {
+		toks = make([]token, 0, count)
+	}
+	for {
+		t, ok := lx.next()
+		if !ok {
+			return toks, len(src), lx.issue, lx.issuePos
+		}
+		if t.kind == tkOp && t.end-t.start == 1 && src[t.start] == ';' {
+			return toks, t.start, lx.issue, lx.issuePos
+		}
+		toks = append(toks, t)
+	}
+}

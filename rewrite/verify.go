@@ -147,9 +147,7 @@ func (in *stmtIn) verify(orig ast.StmtNode, explained bool, edits []edit, target
 	}
 	// With the fence taken out, the statement restores exactly as the
 	// original did.
-	a, ok1 := restore(orig)
-	b, ok2 := restore(n)
-	if !ok1 || !ok2 || a != b {
+	if !sameRestore(orig, n) {
 		return verifyFailed
 	}
 	return ""
@@ -213,12 +211,49 @@ func peelFence(cond *ast.ExprNode, orig ast.ExprNode, fences []string) bool {
 		if !ok || p.Expr == nil {
 			return false
 		}
-		a, ok1 := restore(p.Expr)
-		b, ok2 := restore(orig)
-		if !ok1 || !ok2 || a != b {
+		if !sameRestore(p.Expr, orig) {
 			return false
 		}
 	}
 	*cond = orig
 	return true
+}
+
+// sameRestore reports whether a and b restore to the same text. b's text
+// is compared as it is written, never kept: a statement's restored text is
+// as long as the statement (a large string literal included).
+func sameRestore(a, b ast.Node) bool {
+	want, ok := restore(a)
+	if !ok {
+		return false
+	}
+	w := &restoreCompare{want: want}
+	if err := b.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, w)); err != nil {
+		return false
+	}
+	return !w.differ && w.pos == len(want)
+}
+
+// restoreCompare is a RestoreWriter that compares what is written with
+// want.
+type restoreCompare struct {
+	want   string
+	pos    int
+	differ bool
+}
+
+func (w *restoreCompare) WriteString(p string) (int, error) {
+	if !w.differ && (len(p) > len(w.want)-w.pos || p != w.want[w.pos:w.pos+len(p)]) {
+		w.differ = true
+	}
+	w.pos += len(p)
+	return len(p), nil
+}
+
+func (w *restoreCompare) Write(p []byte) (int, error) {
+	if !w.differ && (len(p) > len(w.want)-w.pos || string(p) != w.want[w.pos:w.pos+len(p)]) {
+		w.differ = true
+	}
+	w.pos += len(p)
+	return len(p), nil
 }

@@ -3,7 +3,6 @@ package rewrite
 import (
 	"strings"
 
-	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
@@ -51,7 +50,7 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement has non-ASCII bytes outside quotes; "+
 			"fenceproxy fences only statements whose unquoted names are ASCII (quote such names with backquotes)")
 	}
-	fc := &Fence{Targets: targets, Digest: parser.Normalize(in.normText(), "ON")}
+	fc := &Fence{Targets: targets, Digest: in.digest()}
 	var edits []edit
 	_, isInsert := n.(*ast.InsertStmt)
 	tidb := in.st.mode.server.Flavor == TiDB
