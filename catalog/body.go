@@ -19,6 +19,42 @@ import (
 // name it mentions counts as written with every operation: a false
 // positive costs a fence or a refusal, a false negative a stale write.
 
+// Bodies and view definitions are read within bounds, so that a huge one
+// created directly on the server cannot take the proxy's memory at every
+// catalog refresh (the parser's memory grows with each token and open
+// parenthesis; measured: 1 M nested parentheses took 960 MB). The loader
+// reads at most MaxBodyBytes+1 bytes of each; a body longer than
+// MaxBodyBytes or with more than maxBodyTokens tokens is unreadable: like
+// one the account cannot see, it may write every protected table. A
+// statement of a body with more than maxPieceTokens tokens or parentheses
+// nested deeper than maxPieceNesting is not parsed: every name it
+// mentions counts as written. The piece bounds are the defaults of
+// limits.max_parse_tokens and max_parse_nesting.
+const (
+	MaxBodyBytes    = 1 << 20
+	maxBodyTokens   = 100_000
+	maxPieceTokens  = 40_000
+	maxPieceNesting = 2_500
+)
+
+// parseable reports whether toks are within the piece bounds.
+func parseable(toks []token) bool {
+	if len(toks) > maxPieceTokens {
+		return false
+	}
+	depth, open := 0, 0
+	for _, t := range toks {
+		switch {
+		case t.op('('):
+			open++
+			depth = max(depth, open)
+		case t.op(')'):
+			open--
+		}
+	}
+	return depth <= maxPieceNesting
+}
+
 // ref is a schema-qualified name, resolved against the object's schema.
 type ref struct{ schema, name string }
 
@@ -35,7 +71,9 @@ type effects struct {
 	calls   []ref // CALL procedure
 	funcs   []ref // name(...) anywhere: a stored function if one has that name
 	dynamic bool  // PREPARE / EXECUTE [IMMEDIATE]: any statement at all
-	hidden  bool  // the body is not visible to the catalog account
+	hidden  bool  // the body is not visible to the catalog account, or too long to read (oversize)
+	// oversize: the body is past the bounds above (hidden is set too).
+	oversize bool
 }
 
 var parsers = sync.Pool{New: func() any { return parser.New() }}
@@ -48,7 +86,11 @@ func parseStmt(text string, m lexMode) (n ast.StmtNode) {
 			n = nil // the parser is dropped after a panic
 			return
 		}
-		parsers.Put(p)
+		if len(text) <= 16<<10 {
+			// A parser that read a longer text keeps the value stack it
+			// grew for it: dropped (see rewrite's maxPooledText).
+			parsers.Put(p)
+		}
 	}()
 	var mode mysql.SQLMode
 	if m.ansiQuotes {
@@ -96,7 +138,11 @@ func analyzeBody(body, schema, mode string) effects {
 		return fx
 	}
 	m := sqlMode(mode)
-	toks := lex(body, m)
+	toks, ok := lexMax(body, m, maxBodyTokens)
+	if !ok || len(body) > MaxBodyBytes {
+		fx.hidden, fx.oversize = true, true
+		return fx
+	}
 	fx.funcs = funcRefs(toks, schema)
 	if strings.Contains(strings.ToUpper(mode), "ORACLE") {
 		// Measured: a body created under sql_mode=ORACLE calls a
@@ -170,7 +216,10 @@ func (fx *effects) piece(toks []token, body string, end int, schema string, m le
 				fx.everything(toks, schema)
 				return
 			}
-			n := parseStmt(body[t.start:end], m)
+			var n ast.StmtNode
+			if parseable(toks[i:]) {
+				n = parseStmt(body[t.start:end], m)
+			}
 			if ws := dmlWrites(n, schema); ws != nil {
 				fx.writes = append(fx.writes, ws...)
 			} else {
@@ -304,12 +353,18 @@ func (v *tableNames) Leave(n ast.Node) (ast.Node, bool) { return n, true }
 
 // viewBases returns the tables and views a view definition names (all of
 // them: which one a write through a join view lands in depends on the
-// statement), and the functions it may call.
-func viewBases(v View) ([]ref, []ref) {
-	toks := lex(v.Definition, lexMode{})
+// statement), and the functions it may call; ok is false when the
+// definition is past the bounds above: it may be over any table.
+func viewBases(v View) ([]ref, []ref, bool) {
+	toks, ok := lexMax(v.Definition, lexMode{}, maxBodyTokens)
+	if !ok || len(v.Definition) > MaxBodyBytes {
+		return nil, nil, false
+	}
 	funcs := funcRefs(toks, v.Schema)
 	var bases []ref
-	if n := parseStmt(v.Definition, lexMode{}); n != nil {
+	if !parseable(toks) {
+		// Not parsed: every name counts, below.
+	} else if n := parseStmt(v.Definition, lexMode{}); n != nil {
 		ctes := cteNamesOf(n)
 		for _, tn := range tableNamesIn(n) {
 			s := tn.Schema.O
@@ -321,14 +376,14 @@ func viewBases(v View) ([]ref, []ref) {
 			}
 			bases = append(bases, ref{s, tn.Name.O})
 		}
-		return bases, funcs
+		return bases, funcs, true
 	}
 	var fx effects
 	fx.everything(toks, v.Schema)
 	for _, w := range fx.writes {
 		bases = append(bases, w.ref)
 	}
-	return bases, funcs
+	return bases, funcs, true
 }
 
 // cteNamesOf lists the names of every WITH clause of a statement.

@@ -138,6 +138,7 @@ type Refused struct {
 	Table        string // schema.table: the first protected table it writes
 	Dynamic      bool   // its body (or a routine it calls) runs dynamic SQL
 	Hidden       bool   // the catalog account cannot see its body (or a callee's)
+	Oversize     bool   // its own body is too long for the catalog to read (MaxBodyBytes)
 	Engine       string // Table is not protected but forwards its rows (this engine)
 }
 
@@ -149,6 +150,9 @@ func (r *Refused) Reason() string {
 	}
 	name := r.Schema + "." + r.Name
 	switch {
+	case r.Oversize:
+		return "the " + what + " " + name + " may write protected tables: its body is longer than fenceproxy's catalog reads " +
+			"(1 MiB, 100,000 tokens), so it counts as writing every one; write the tables directly"
 	case r.Hidden:
 		return "the " + what + " " + name + " may write protected tables: fenceproxy's catalog account cannot see its body " +
 			"(or a routine it calls); grant it the privileges to read routine bodies, or write the tables directly"
@@ -390,7 +394,14 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 	for i := range snap.Views {
 		v := &snap.Views[i]
 		k := key(v.Schema, v.Name)
-		c.views[k], c.vfuncs[k] = viewBases(*v)
+		bases, funcs, ok := viewBases(*v)
+		if !ok {
+			// Too long to read: it may be over any table.
+			for _, p := range c.prot {
+				bases = append(bases, ref{p.Schema, p.Table})
+			}
+		}
+		c.views[k], c.vfuncs[k] = bases, funcs
 		c.vnames[k] = v
 	}
 	for i := range snap.Triggers {
@@ -789,6 +800,10 @@ func (c *closer) result(snap *Snapshot) *Closure {
 					f.Refuse |= t.t.Event
 					f.RefuseWhy = "fenceproxy's catalog account cannot see the body of its trigger " + t.t.Name +
 						"; grant it the TRIGGER privilege on the table, or write the tables directly"
+					if t.fx.oversize {
+						f.RefuseWhy = "the body of its trigger " + t.t.Name + " is longer than fenceproxy's catalog reads " +
+							"(1 MiB, 100,000 tokens), so it counts as writing every protected table; write the tables directly"
+					}
 				}
 			}
 		}
@@ -808,14 +823,17 @@ func (c *closer) result(snap *Snapshot) *Closure {
 		if fx.dynamic {
 			out.Dynamic = append(out.Dynamic, r.Schema+"."+r.Name)
 		}
-		if fx.hidden {
+		if fx.oversize {
+			out.Hidden = append(out.Hidden, kindWord(r)+" "+r.Schema+"."+r.Name+" (body too long to read)")
+		} else if fx.hidden {
 			out.Hidden = append(out.Hidden, kindWord(r)+" "+r.Schema+"."+r.Name)
 		}
 		if len(s) == 0 {
 			continue
 		}
 		d, h := c.flags(fx, map[string]bool{k: true})
-		rf := &Refused{Schema: r.Schema, Name: r.Name, Function: r.Function, Table: c.first(s), Dynamic: d, Hidden: h}
+		rf := &Refused{Schema: r.Schema, Name: r.Name, Function: r.Function, Table: c.first(s), Dynamic: d, Hidden: h,
+			Oversize: fx.oversize}
 		if len(c.fenceTargets(s)) == 0 {
 			rf.Table, rf.Engine = c.forwardIn(s)
 		}

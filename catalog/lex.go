@@ -35,9 +35,19 @@ func isIdentByte(c byte) bool {
 // lex splits text into tokens. An unterminated string, quoted name or
 // comment ends the text (the rest is one token of its kind).
 func lex(text string, m lexMode) []token {
+	toks, _ := lexMax(text, m, 0)
+	return toks
+}
+
+// lexMax is lex that gives up (ok false, no tokens) past max tokens; 0 = no
+// limit.
+func lexMax(text string, m lexMode, max int) (_ []token, ok bool) {
 	var toks []token
 	i := 0
 	for i < len(text) {
+		if max > 0 && len(toks) > max {
+			return nil, false
+		}
 		c := text[i]
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
@@ -126,7 +136,10 @@ func lex(text string, m lexMode) []token {
 			i++
 		}
 	}
-	return toks
+	if max > 0 && len(toks) > max {
+		return nil, false
+	}
+	return toks, true
 }
 
 func indexFrom(s string, from int, sub string) int {

@@ -17,10 +17,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
 )
+
+// bodyChars: bodies and view definitions are read up to one character
+// past catalog.MaxBodyBytes (a character is at least a byte): a longer one
+// then counts as unreadable, and the snapshot never holds more of it.
+var bodyChars = strconv.Itoa(catalog.MaxBodyBytes + 1)
 
 // systemSchemas hold no application objects; their objects cannot be
 // created by applications.
@@ -132,7 +138,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 			return nil, ctx.Err()
 		}
 	}
-	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, COALESCE(VIEW_DEFINITION, '') FROM information_schema.VIEWS
+	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, COALESCE(LEFT(VIEW_DEFINITION, `+bodyChars+`), '') FROM information_schema.VIEWS
 		WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var v catalog.View
 		err := r.Scan(&v.Schema, &v.Name, &v.Definition)
@@ -143,7 +149,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 		return nil, fmt.Errorf("reading information_schema.VIEWS: %w", err)
 	}
 	err = each(ctx, db, `SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE, EVENT_MANIPULATION, ACTION_TIMING,
-		COALESCE(ACTION_STATEMENT, ''), SQL_MODE FROM information_schema.TRIGGERS
+		COALESCE(LEFT(ACTION_STATEMENT, `+bodyChars+`), ''), SQL_MODE FROM information_schema.TRIGGERS
 		WHERE TRIGGER_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var t catalog.Trigger
 		var ev string
@@ -164,7 +170,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	// ROUTINE_TYPE may also be PACKAGE / PACKAGE BODY (MariaDB's Oracle
 	// mode): their routines are called as package.routine and count as
 	// procedures whose body is the package's.
-	err = each(ctx, db, `SELECT ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE, COALESCE(ROUTINE_DEFINITION, ''), SQL_MODE
+	err = each(ctx, db, `SELECT ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE, COALESCE(LEFT(ROUTINE_DEFINITION, `+bodyChars+`), ''), SQL_MODE
 		FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var rt catalog.Routine
 		var typ string
@@ -190,7 +196,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading information_schema.REFERENTIAL_CONSTRAINTS: %w", err)
 	}
-	err = each(ctx, db, `SELECT EVENT_SCHEMA, EVENT_NAME, COALESCE(EVENT_DEFINITION, ''), SQL_MODE
+	err = each(ctx, db, `SELECT EVENT_SCHEMA, EVENT_NAME, COALESCE(LEFT(EVENT_DEFINITION, `+bodyChars+`), ''), SQL_MODE
 		FROM information_schema.EVENTS WHERE EVENT_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var e catalog.Event
 		err := r.Scan(&e.Schema, &e.Name, &e.Body, &e.SQLMode)
