@@ -137,7 +137,7 @@ func createShadowPrograms(t *testing.T, root *sql.DB) {
 // newShadowEnv is a fenced env whose proxy has its own account and reads
 // the catalog (backend.user), with invoices and reconciliation_runs held
 // by another owner: the app sessions' fence ('me', token 1) is stale.
-func newShadowEnv(t *testing.T, eng string) (*fencedEnv, string) {
+func newShadowEnv(t *testing.T, eng string, extraYAML ...string) (*fencedEnv, string) {
 	t.Helper()
 	var s *dbserver.Server
 	if eng == engTiDB {
@@ -155,7 +155,8 @@ func newShadowEnv(t *testing.T, eng string) (*fencedEnv, string) {
 	mustExec(t, root, "CREATE USER '"+user+"'@'%' IDENTIFIED BY '"+pw+"'")
 	t.Cleanup(func() { root.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
 	mustExec(t, root, "GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO '"+user+"'@'%'")
-	e := newFencedEnv(t, envOptions{engine: eng, server: s, backend: []string{"user: " + user, "password_env: " + env}})
+	e := newFencedEnv(t, envOptions{engine: eng, server: s, backend: []string{"user: " + user, "password_env: " + env},
+		extra: strings.Join(extraYAML, "")})
 	mustExec(t, root, "GRANT SELECT, INSERT, UPDATE ON `"+e.db+"`.fenced_job_leases TO '"+user+"'@'%'")
 	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-10', 10), (2, 'globex', '2026-10', 20)")
 	mustExec(t, e.root, "INSERT INTO reconciliation_runs (id, status) VALUES (1, 'done')")
