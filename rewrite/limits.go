@@ -49,6 +49,23 @@ func (pc *packetCtx) overLimit(count, depth int) *Refusal {
 	return nil
 }
 
+// wholeOverLimit counts, before a compound statement or stored program
+// definition is lexed whole (to the end of the packet: the block structure
+// says where it ends), the tokens past its first ';' and the nesting of all
+// of it against the packet's limits. Past one it is refused, or with
+// nothing protected relayed unread to the end of the packet.
+func (in *stmtIn) wholeOverLimit() (stmtRes, bool) {
+	count, depth := scanRest(in.pc.src, in.start, in.st.mode)
+	r := in.pc.overLimit(count-len(in.toks), depth)
+	if r == nil {
+		return stmtRes{}, false
+	}
+	if !in.pc.e.hasTables() {
+		return stmtRes{stmt: Stmt{Kind: Call}, endAt: len(in.pc.src)}, true
+	}
+	return stmtRes{refusal: r}, true
+}
+
 func (e *Engine) bytesRefusal(n int) *Refusal {
 	return &Refusal{Reason: "this query is " + strconv.Itoa(n) + " bytes long, longer than limits.max_parse_bytes (" +
 		strconv.Itoa(e.maxBytes) + ") for a query fenceproxy must parse, so it cannot check it; " +

@@ -121,6 +121,9 @@ func (w *stmtIn) piece(from, to int) *stmtIn {
 // if they do not, the refusal says so and the proxy learns sql_mode.
 func (in *stmtIn) compound() stmtRes {
 	e := in.pc.e
+	if r, over := in.wholeOverLimit(); over {
+		return r
+	}
 	w, issue, issuePos := in.lexWhole()
 	var reads []blockResult
 	for _, oracle := range oracleReadings(in.st.oracle) {
@@ -267,6 +270,9 @@ func (in *stmtIn) innerStatement(call bool) (stmtRes, bool) {
 // is checked; the body runs only when called, and the catalog reads it then.
 func (in *stmtIn) definition() stmtRes {
 	e := in.pc.e
+	if r, over := in.wholeOverLimit(); over {
+		return r
+	}
 	w, issue, issuePos := in.lexWhole()
 	end := -1
 	why := ""

@@ -697,6 +697,31 @@ func scanStatement(src []byte, pos int, mode lexMode) (end, count, depth int) {
 	}
 }
 
+// scanRest is scanStatement to the end of src, ';' tokens included: a
+// compound statement or stored program runs up to where the server's
+// grammar ends it, which only its tokens tell.
+func scanRest(src []byte, pos int, mode lexMode) (count, depth int) {
+	lx := newLexer(src, mode, nil)
+	lx.pos = pos
+	open := 0
+	for {
+		t, ok := lx.next()
+		if !ok {
+			return count, depth
+		}
+		if t.kind == tkOp && t.end-t.start == 1 {
+			switch src[t.start] {
+			case '(':
+				open++
+				depth = max(depth, open)
+			case ')':
+				open--
+			}
+		}
+		count++
+	}
+}
+
 // lexStatement lexes one statement from pos: its tokens, the offset of its
 // terminating ';' (or len(src)), and the first lexing issue. count is the
 // number of tokens scanStatement found: the slice is allocated once, at
