@@ -44,6 +44,10 @@ func TestParseLimitsStale(t *testing.T) {
 		{name: "unknown sql_mode readings", sql: "SET sql_mode = @m; UPDATE invoices SET customer = 'a\\\\b' /* \" */, amount = 0" + r("+0", 30), refused: true},
 		{name: "nested unknown sql_modes", sql: "SET sql_mode = @m; SET sql_mode = @m; SET sql_mode = @m; UPDATE invoices SET customer = \"a\\\\b\"", refused: true},
 		{name: "compound statement", sql: "BEGIN NOT ATOMIC " + r("BEGIN ", 200) + "UPDATE invoices SET amount = 0;" + r("END;", 200), refused: true, engines: maria},
+		{name: "deep blocks after a statement", sql: "BEGIN NOT ATOMIC SELECT 1; " + r("BEGIN ", 200) + "UPDATE invoices SET amount = 0;" + r("END;", 200) + " END", refused: true, engines: maria},
+		{name: "nesting in a compound", sql: "BEGIN NOT ATOMIC SELECT 1; UPDATE invoices SET amount = " + r("(", 21) + "0" + r(")", 21) + "; END", refused: true, engines: maria},
+		{name: "tokens in a compound", sql: "BEGIN NOT ATOMIC SELECT 1; UPDATE invoices SET amount = 0" + r("+0", 100) + "; END", refused: true, engines: maria},
+		{name: "tokens in a procedure", sql: "CREATE PROCEDURE p_lim() BEGIN SELECT 1; UPDATE invoices SET amount = 0" + r("+0", 100) + "; END", refused: true, engines: maria},
 	}
 	for _, eng := range []string{engMariaDB, engTiDB} {
 		t.Run(eng, func(t *testing.T) {

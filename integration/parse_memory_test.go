@@ -76,6 +76,8 @@ func TestParseMemory(t *testing.T) {
 		{"8 MiB comment", "UPDATE runs SET n=1 /*" + r("x", 8<<20) + "*/", true},
 		{"8 MiB literal", "UPDATE runs SET note='" + r("x", 8<<20) + "'", true},
 		{"deep compound", "BEGIN NOT ATOMIC " + r("BEGIN ", 1<<20) + "UPDATE runs SET n=1;" + r("END;", 1<<20), true},
+		{"statement in a compound", "BEGIN NOT ATOMIC SELECT 1; UPDATE runs SET n=" + r("(", 1<<20) + "1" + r(")", 1<<20) + "; END", true},
+		{"blocks in a compound", "BEGIN NOT ATOMIC SELECT 1; " + r("BEGIN ", 1<<20) + "SELECT 1;" + r("END;", 1<<20) + " END", true},
 		{"nested execute immediate", "EXECUTE IMMEDIATE 'UPDATE runs SET n=" + r("(", 1<<20) + "1" + r(")", 1<<20) + "'", true},
 		{"many statements", r("UPDATE runs SET n=1;", 1<<20), true},
 	}
