@@ -376,3 +376,64 @@ func TestGuardTriggerSessionUser(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardTriggerReadsOneLeaseRow: the guard's lease read is one
+// primary-key lookup (Handler_read_key) and reads no other row, whatever
+// character set the session's @fence_lease has, on a table of a thousand
+// leases; the lookup of a fixed lease too.
+func TestGuardTriggerReadsOneLeaseRow(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	mustExec(t, e.root, "INSERT INTO "+e.fence+".fenced_job_leases (lease_name, owner_token, fence_token, leased_until) "+
+		"SELECT CONCAT('filler-', seq), 'x', 1, SYSDATE(3) + INTERVAL 1 HOUR FROM seq_1_to_1000")
+	mustExec(t, e.root, "CREATE TABLE twin (id INT PRIMARY KEY, v VARCHAR(40) NOT NULL)")
+	mustExec(t, e.root, "INSERT INTO twin SELECT id, v FROM items")
+	handlers := func(c *sql.Conn, q string) map[string]int {
+		t.Helper()
+		ctx := context.Background()
+		mustExec(t, c, q) // the first use of a table in a session also reads its definition and its triggers'
+		mustExec(t, c, "FLUSH STATUS")
+		mustExec(t, c, q)
+		rows, err := c.QueryContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_read%'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]int{}
+		for rows.Next() {
+			var k string
+			var v int
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	for _, cs := range []string{"utf8mb4", "latin1", "utf8mb3", "binary"} {
+		for _, fixed := range []bool{false, true} {
+			e.fixed = fixed
+			c := e.direct(t, fenceNone)
+			mustExec(t, c, "SET NAMES "+cs)
+			l := e.lease(fenceValid)
+			// The session's own literals, in its character set.
+			mustExec(t, c, "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", l.Name, l.Owner, l.Token)
+			table := "items"
+			if fixed {
+				table = "fixed"
+			}
+			guarded := handlers(c, "UPDATE "+table+" SET v = CONCAT(v, '.') WHERE id = 1")
+			plain := handlers(c, "UPDATE twin SET v = CONCAT(v, '.') WHERE id = 1")
+			t.Logf("SET NAMES %s, fixed lease %v: guarded %v, without trigger %v", cs, fixed, guarded, plain)
+			for k, v := range guarded {
+				want := plain[k]
+				if k == "Handler_read_key" {
+					want++
+				}
+				if v != want {
+					t.Errorf("SET NAMES %s, fixed %v: %s = %d with the guard, %d without: want one more key read and nothing else", cs, fixed, k, v, plain[k])
+				}
+			}
+		}
+	}
+}

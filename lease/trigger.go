@@ -194,8 +194,6 @@ func guardBody(spec TriggerSpec) string {
 		b.WriteByte('\n')
 	}
 	b.WriteString("BEGIN\n")
-	line(1, "DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;")
-	line(1, "DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;")
 	in := 1
 	if len(spec.Exempt) > 0 {
 		line(1, "IF NOT ("+exemptSQL(spec.Exempt)+") THEN")
@@ -207,12 +205,18 @@ func guardBody(spec TriggerSpec) string {
 	} else {
 		line(in, "IF NOT EXISTS (SELECT 1 FROM "+from+" WHERE "+fence+" LOCK IN SHARE MODE) THEN")
 	}
-	line(in+1, "SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = "+r.token+", fence_l.owner_token = "+r.owner+
+	// The refusal's variables live in a block of its own: a write whose
+	// fence holds declares nothing.
+	line(in+1, "BEGIN")
+	line(in+2, "DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;")
+	line(in+2, "DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;")
+	line(in+2, "SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = "+r.token+", fence_l.owner_token = "+r.owner+
 		", fence_l.leased_until > SYSDATE(3)) FROM "+from+" WHERE fence_l.lease_name = "+r.lease+" LOCK IN SHARE MODE);")
-	line(in+1, "SET fence_msg = LEFT(CONCAT('"+guardMessagePrefix+spec.Schema+"."+spec.Table+" refused (', CASE WHEN "+r.missing+
+	line(in+2, "SET fence_msg = LEFT(CONCAT('"+guardMessagePrefix+spec.Schema+"."+spec.Table+" refused (', CASE WHEN "+r.missing+
 		" THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token'"+
 		" WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', "+leaseDisplay(r.lease)+", ''''), 128);")
-	line(in+1, "SIGNAL SQLSTATE '"+GuardSQLState+"' SET MYSQL_ERRNO = "+strconv.Itoa(GuardErrno)+", MESSAGE_TEXT = fence_msg;")
+	line(in+2, "SIGNAL SQLSTATE '"+GuardSQLState+"' SET MYSQL_ERRNO = "+strconv.Itoa(GuardErrno)+", MESSAGE_TEXT = fence_msg;")
+	line(in+1, "END;")
 	line(in, "END IF;")
 	if len(spec.Exempt) > 0 {
 		line(1, "END IF;")

@@ -1,36 +1,42 @@
-CREATE DEFINER = CURRENT_USER TRIGGER `app`.`fence_guard_v1_bi_9bf12baa_invoices` BEFORE INSERT ON `app`.`invoices` FOR EACH ROW PRECEDES `user_trigger` BEGIN
-  DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;
-  DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;
+CREATE DEFINER = CURRENT_USER TRIGGER `app`.`fence_guard_v1_bi_ac0cad45_invoices` BEFORE INSERT ON `app`.`invoices` FOR EACH ROW PRECEDES `user_trigger` BEGIN
   IF NOT (LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1) = CONVERT(X'6d69677261746f72' USING utf8mb4) COLLATE utf8mb4_bin OR (LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1) = CONVERT(X'6f7073' USING utf8mb4) COLLATE utf8mb4_bin AND SUBSTRING_INDEX(USER(), '@', -1) LIKE CONVERT(X'31302e302e25' USING utf8mb4) COLLATE utf8mb4_general_ci)) THEN
     UPDATE `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l SET fence_l.fence_writes = fence_l.fence_writes + 1 WHERE fence_l.lease_name = @l AND fence_l.owner_token = @`my owner` AND fence_l.fence_token = @t AND fence_l.leased_until > SYSDATE(3);
     IF ROW_COUNT() = 0 THEN
-      SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = @t, fence_l.owner_token = @`my owner`, fence_l.leased_until > SYSDATE(3)) FROM `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l WHERE fence_l.lease_name = @l LOCK IN SHARE MODE);
-      SET fence_msg = LEFT(CONCAT('fenceproxy database_guard: write to app.invoices refused (', CASE WHEN @`my owner` IS NULL OR @t IS NULL OR @l IS NULL THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token' WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', COALESCE(IF(HEX(@l) REGEXP '^([2-6][0-9A-F]|7[0-9A-E])*$', CONVERT(@l USING ascii), CONCAT('0x', HEX(@l))), ''), ''''), 128);
-      SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 9100, MESSAGE_TEXT = fence_msg;
+      BEGIN
+        DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;
+        DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;
+        SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = @t, fence_l.owner_token = @`my owner`, fence_l.leased_until > SYSDATE(3)) FROM `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l WHERE fence_l.lease_name = @l LOCK IN SHARE MODE);
+        SET fence_msg = LEFT(CONCAT('fenceproxy database_guard: write to app.invoices refused (', CASE WHEN @`my owner` IS NULL OR @t IS NULL OR @l IS NULL THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token' WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', COALESCE(IF(HEX(@l) REGEXP '^([2-6][0-9A-F]|7[0-9A-E])*$', CONVERT(@l USING ascii), CONCAT('0x', HEX(@l))), ''), ''''), 128);
+        SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 9100, MESSAGE_TEXT = fence_msg;
+      END;
     END IF;
   END IF;
 END;
-CREATE DEFINER = CURRENT_USER TRIGGER `app`.`fence_guard_v1_bu_8693d5e0_invoices` BEFORE UPDATE ON `app`.`invoices` FOR EACH ROW BEGIN
-  DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;
-  DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;
+CREATE DEFINER = CURRENT_USER TRIGGER `app`.`fence_guard_v1_bu_5feb842b_invoices` BEFORE UPDATE ON `app`.`invoices` FOR EACH ROW BEGIN
   IF NOT (LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1) = CONVERT(X'6d69677261746f72' USING utf8mb4) COLLATE utf8mb4_bin OR (LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1) = CONVERT(X'6f7073' USING utf8mb4) COLLATE utf8mb4_bin AND SUBSTRING_INDEX(USER(), '@', -1) LIKE CONVERT(X'31302e302e25' USING utf8mb4) COLLATE utf8mb4_general_ci)) THEN
     UPDATE `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l SET fence_l.fence_writes = fence_l.fence_writes + 1 WHERE fence_l.lease_name = @l AND fence_l.owner_token = @`my owner` AND fence_l.fence_token = @t AND fence_l.leased_until > SYSDATE(3);
     IF ROW_COUNT() = 0 THEN
-      SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = @t, fence_l.owner_token = @`my owner`, fence_l.leased_until > SYSDATE(3)) FROM `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l WHERE fence_l.lease_name = @l LOCK IN SHARE MODE);
-      SET fence_msg = LEFT(CONCAT('fenceproxy database_guard: write to app.invoices refused (', CASE WHEN @`my owner` IS NULL OR @t IS NULL OR @l IS NULL THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token' WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', COALESCE(IF(HEX(@l) REGEXP '^([2-6][0-9A-F]|7[0-9A-E])*$', CONVERT(@l USING ascii), CONCAT('0x', HEX(@l))), ''), ''''), 128);
-      SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 9100, MESSAGE_TEXT = fence_msg;
+      BEGIN
+        DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;
+        DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;
+        SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = @t, fence_l.owner_token = @`my owner`, fence_l.leased_until > SYSDATE(3)) FROM `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l WHERE fence_l.lease_name = @l LOCK IN SHARE MODE);
+        SET fence_msg = LEFT(CONCAT('fenceproxy database_guard: write to app.invoices refused (', CASE WHEN @`my owner` IS NULL OR @t IS NULL OR @l IS NULL THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token' WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', COALESCE(IF(HEX(@l) REGEXP '^([2-6][0-9A-F]|7[0-9A-E])*$', CONVERT(@l USING ascii), CONCAT('0x', HEX(@l))), ''), ''''), 128);
+        SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 9100, MESSAGE_TEXT = fence_msg;
+      END;
     END IF;
   END IF;
 END;
-CREATE DEFINER = CURRENT_USER TRIGGER `app`.`fence_guard_v1_bd_c5d397d9_invoices` BEFORE DELETE ON `app`.`invoices` FOR EACH ROW BEGIN
-  DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;
-  DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;
+CREATE DEFINER = CURRENT_USER TRIGGER `app`.`fence_guard_v1_bd_35d6552e_invoices` BEFORE DELETE ON `app`.`invoices` FOR EACH ROW BEGIN
   IF NOT (LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1) = CONVERT(X'6d69677261746f72' USING utf8mb4) COLLATE utf8mb4_bin OR (LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1) = CONVERT(X'6f7073' USING utf8mb4) COLLATE utf8mb4_bin AND SUBSTRING_INDEX(USER(), '@', -1) LIKE CONVERT(X'31302e302e25' USING utf8mb4) COLLATE utf8mb4_general_ci)) THEN
     UPDATE `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l SET fence_l.fence_writes = fence_l.fence_writes + 1 WHERE fence_l.lease_name = @l AND fence_l.owner_token = @`my owner` AND fence_l.fence_token = @t AND fence_l.leased_until > SYSDATE(3);
     IF ROW_COUNT() = 0 THEN
-      SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = @t, fence_l.owner_token = @`my owner`, fence_l.leased_until > SYSDATE(3)) FROM `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l WHERE fence_l.lease_name = @l LOCK IN SHARE MODE);
-      SET fence_msg = LEFT(CONCAT('fenceproxy database_guard: write to app.invoices refused (', CASE WHEN @`my owner` IS NULL OR @t IS NULL OR @l IS NULL THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token' WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', COALESCE(IF(HEX(@l) REGEXP '^([2-6][0-9A-F]|7[0-9A-E])*$', CONVERT(@l USING ascii), CONCAT('0x', HEX(@l))), ''), ''''), 128);
-      SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 9100, MESSAGE_TEXT = fence_msg;
+      BEGIN
+        DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;
+        DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;
+        SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = @t, fence_l.owner_token = @`my owner`, fence_l.leased_until > SYSDATE(3)) FROM `fence`.`fenced_job_leases` PARTITION (p0) AS fence_l WHERE fence_l.lease_name = @l LOCK IN SHARE MODE);
+        SET fence_msg = LEFT(CONCAT('fenceproxy database_guard: write to app.invoices refused (', CASE WHEN @`my owner` IS NULL OR @t IS NULL OR @l IS NULL THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token' WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', COALESCE(IF(HEX(@l) REGEXP '^([2-6][0-9A-F]|7[0-9A-E])*$', CONVERT(@l USING ascii), CONCAT('0x', HEX(@l))), ''), ''''), 128);
+        SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 9100, MESSAGE_TEXT = fence_msg;
+      END;
     END IF;
   END IF;
 END;
