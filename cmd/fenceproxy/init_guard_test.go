@@ -27,7 +27,7 @@ func guardConfig(t *testing.T, srv *dbserver.Server, app, fence, guard string, e
 	}
 	t.Setenv("FP_TEST_INIT_PW", rc.Passwd)
 	path := filepath.Join(t.TempDir(), "fenceproxy.yaml")
-	yml := "backend:\n  address: " + srv.Addr + "\n  user: " + rc.User + "\n  password_env: FP_TEST_INIT_PW\n" +
+	yml := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + srv.Addr + "\n  user: " + rc.User + "\n  password_env: FP_TEST_INIT_PW\n" +
 		"fencing:\n  lease_table: " + fence + ".fenced_job_leases\n  database_guard: " + guard + "\n" + extra +
 		"tables:\n  - name: " + app + ".runs\n    lease: admin:runs\n  - name: " + app + ".jobs\n"
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
@@ -79,6 +79,13 @@ func TestInitInstallsGuardTriggers(t *testing.T) {
 	if !strings.Contains(r.stderr, app+".runs (INSERT: missing; UPDATE: missing; DELETE: missing") ||
 		!strings.Contains(r.stderr, "fenceproxy init --config "+cfg) {
 		t.Fatalf("check-config before init: %s", r.stderr)
+	}
+
+	// serve refuses to start, naming the tables and init.
+	r = cli(t, "serve", "--config", cfg)
+	wantCode(t, r, exitRefused, "serve before init")
+	if !strings.Contains(r.stderr, app+".jobs (INSERT: missing") || !strings.Contains(r.stderr, "fenceproxy init --config "+cfg) {
+		t.Fatalf("serve before init: %s", r.stderr)
 	}
 
 	r = cli(t, "init", "--dsn", dsn, "--config", cfg)
