@@ -68,11 +68,13 @@ func (r *Reloader) Reload() (changedNeedsRestart []string, err error) {
 }
 
 // RestartKeys lists the keys that differ between two configs and take
-// effect only when the proxy restarts: the listening addresses, everything
-// about the backend (open connections keep theirs) and the client TLS
-// settings, the admin endpoint's token and TLS, the instance id and the
-// audit table's queue size. Everything else (fencing, tables, audit, limits, timeouts,
-// logging) applies to the next statement or connection.
+// effect only when the proxy restarts: the listening addresses and socket,
+// everything about the backend but its TLS files (open connections keep
+// theirs), turning client or admin TLS on or off, the admin endpoint's
+// token, the instance id and the audit table's queue size. Everything else
+// (fencing, tables, audit, limits, timeouts, logging, TLS certificate
+// files, client_tls.required and min_version, proxy_protocol) applies to
+// the next statement, connection or TLS handshake.
 func RestartKeys(old, new *Config) []string {
 	var changed []string
 	if old.Listen != new.Listen {
@@ -87,10 +89,21 @@ func RestartKeys(old, new *Config) []string {
 	if old.ListenSocketMode != new.ListenSocketMode {
 		changed = append(changed, "listen_socket_mode")
 	}
-	changed = append(changed, changedFields("backend", old.Backend, new.Backend)...)
-	changed = append(changed, changedFields("client_tls", old.ClientTLS, new.ClientTLS)...)
+	// TLS files are read again on every reload (certificate rotation);
+	// turning TLS on or off is a restart.
+	reloadedFiles := []string{"backend.ca_file", "backend.cert_file", "backend.key_file"}
+	for _, k := range changedFields("backend", old.Backend, new.Backend) {
+		if !slices.Contains(reloadedFiles, k) {
+			changed = append(changed, k)
+		}
+	}
+	if old.ClientTLS.Enabled() != new.ClientTLS.Enabled() {
+		changed = append(changed, "client_tls.cert_file")
+	}
 	changed = append(changed, changedFields("admin_auth", old.AdminAuth, new.AdminAuth)...)
-	changed = append(changed, changedFields("admin_tls", old.AdminTLS, new.AdminTLS)...)
+	if (old.AdminTLS.CertFile != "") != (new.AdminTLS.CertFile != "") {
+		changed = append(changed, "admin_tls.cert_file")
+	}
 	if old.InstanceID != new.InstanceID {
 		changed = append(changed, "instance_id")
 	}

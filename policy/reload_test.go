@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -65,7 +66,9 @@ func TestReloaderSwapsAndBumpsVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"listen", "backend.address", "backend.tls", "client_tls.cert_file", "client_tls.key_file"}
+	// Turning client TLS on is a restart (one key says so); its files
+	// alone are read again on every reload.
+	want := []string{"listen", "backend.address", "backend.tls", "client_tls.cert_file"}
 	if !reflect.DeepEqual(changed, want) {
 		t.Errorf("changedNeedsRestart = %v, want %v", changed, want)
 	}
@@ -128,5 +131,31 @@ func TestNewReloaderBadFile(t *testing.T) {
 	writeFile(t, path, "mode: x\n")
 	if _, err := NewReloader(path); err == nil || !strings.Contains(err.Error(), `unknown key "mode"`) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestCertificateFilesReload: new paths for TLS files that stay on, the
+// client TLS minimum version and proxy_protocol need no restart.
+func TestCertificateFilesReload(t *testing.T) {
+	base := "backend: {address: db:3306, tls: verify-ca, ca_file: %s}\nclient_tls: {cert_file: %s, key_file: k}\nadmin_tls: {cert_file: %s, key_file: k}\n"
+	old, err := Parse("/f.yaml", []byte(fmt.Sprintf(base, "ca1", "c1", "a1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	new, err := Parse("/f.yaml", []byte(fmt.Sprintf(base, "ca2", "c2", "a2")+"proxy_protocol: {trusted_cidrs: [10.0.0.0/8]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RestartKeys(old, new); len(got) != 0 {
+		t.Errorf("restart keys %v", got)
+	}
+	off, err := Parse("/f.yaml", []byte("backend: {address: db:3306}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Turning TLS off is a restart; the files it no longer reads are not.
+	want := []string{"backend.tls", "client_tls.cert_file", "admin_tls.cert_file"}
+	if got := RestartKeys(old, off); !reflect.DeepEqual(got, want) {
+		t.Errorf("restart keys %v, want %v", got, want)
 	}
 }

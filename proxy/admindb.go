@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"database/sql"
 	"fmt"
 	"sync/atomic"
@@ -20,6 +21,19 @@ func OpenAdminDB(b policy.Backend) (*sql.DB, error) {
 	if b.User == "" {
 		return nil, nil
 	}
+	tlsCfg, err := backendTLSConfig(b)
+	if err != nil {
+		return nil, err
+	}
+	return openAdminDB(b, tlsCfg)
+}
+
+// openAdminDB is OpenAdminDB with the backend hop's TLS configuration
+// (the proxy's, whose certificates a reload replaces).
+func openAdminDB(b policy.Backend, tlsCfg *tls.Config) (*sql.DB, error) {
+	if b.User == "" {
+		return nil, nil
+	}
 	pw, err := b.Password()
 	if err != nil {
 		return nil, err
@@ -30,10 +44,6 @@ func OpenAdminDB(b policy.Backend) (*sql.DB, error) {
 	// UTC sessions: the audit writer sends record times as UTC text, and
 	// lease times compared in a zone with daylight saving repeat an hour.
 	cfg.Params = map[string]string{"time_zone": "'+00:00'"}
-	tlsCfg, err := backendTLSConfig(b)
-	if err != nil {
-		return nil, err
-	}
 	if tlsCfg != nil {
 		name := fmt.Sprintf("fenceproxy-admin-%d", adminTLSSeq.Add(1))
 		if err := mysql.RegisterTLSConfig(name, tlsCfg); err != nil {

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -26,6 +28,8 @@ type Metrics struct {
 	AuditTableDropped   prometheus.Counter
 	LeaseCalls          *prometheus.CounterVec
 	Draining            prometheus.Gauge
+	CertReloadOK        *prometheus.GaugeVec
+	CertExpiry          *prometheus.GaugeVec
 	// DatabaseGuardMissing: 1 for a protected table whose guard triggers
 	// are missing or outdated (its writes are refused), 0 when current.
 	DatabaseGuardMissing *prometheus.GaugeVec
@@ -101,6 +105,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenceproxy_audit_table_dropped_total", Help: "Audit records that never reached the audit table (queue full, write failed, no schema, shutdown); the audit file still has them."}),
 		ConnectionPanics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_connection_panics_total", Help: "Client connections closed by an internal error (a panic) in the proxy: each is logged with its stack; the other connections were not affected."}),
+		CertReloadOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fenceproxy_certificate_last_reload_successful", Help: "Whether the last load of a TLS certificate (client_tls, admin_tls, backend_client, backend_ca) succeeded: 0 means its files did not load on the last reload (SIGHUP) and the one loaded before is still in use."},
+			[]string{"certificate"}),
+		CertExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fenceproxy_certificate_expiry_timestamp_seconds", Help: "When the TLS certificate in use expires (for backend_ca: the first CA of the bundle to expire), as a Unix time."},
+			[]string{"certificate"}),
 		LeaseCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_lease_calls_total", Help: "SQL lease functions answered by the proxy, by function and result: ok (acquired, renewed, released, status read), held (fence_acquire: held by another owner), lost (fence_renew/fence_release: the session's lease expired, was taken over or released), error."},
 			[]string{"func", "result"}),
@@ -139,7 +149,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,
 			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining,
-			m.DatabaseGuardMissing, m.ConnectionPanics)
+			m.DatabaseGuardMissing, m.ConnectionPanics, m.CertReloadOK, m.CertExpiry)
 	}
 	return m
 }
@@ -183,4 +193,16 @@ func (m *Metrics) setBackendUp(up bool) {
 
 func (m *Metrics) leaseCalls(fn, result string) prometheus.Counter {
 	return m.LeaseCalls.WithLabelValues(fn, result)
+}
+
+// certLoaded records the outcome of loading a TLS certificate.
+func (m *Metrics) certLoaded(label string, ok bool, notAfter time.Time) {
+	if !ok {
+		m.CertReloadOK.WithLabelValues(label).Set(0)
+		return
+	}
+	m.CertReloadOK.WithLabelValues(label).Set(1)
+	if !notAfter.IsZero() {
+		m.CertExpiry.WithLabelValues(label).Set(float64(notAfter.Unix()))
+	}
 }

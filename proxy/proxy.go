@@ -61,6 +61,9 @@ type Proxy struct {
 	backendTLS  *tls.Config // nil: plain
 	backendMode string
 	clientTLS   *tls.Config // nil: TLS not offered to clients
+	// The certificates behind backendTLS and clientTLS (tls.go).
+	backendTLSState *backendTLS
+	clientTLSState  *clientTLS
 
 	// noWsrepVar: the backend answered SELECT @@wsrep_on with ERR 1193
 	// (no such variable); sendEngineProbe asks with SHOW VARIABLES from then on.
@@ -151,14 +154,20 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		p.audit, _ = audit.Open(audit.File{}, 256)
 	}
 	var err error
-	if p.backendTLS, err = backendTLSConfig(cfg.Backend); err != nil {
+	if p.backendTLSState, err = newBackendTLS(cfg.Backend, p.metrics); err != nil {
 		return nil, err
 	}
-	if p.clientTLS, err = clientTLSConfig(cfg.ClientTLS); err != nil {
+	if p.clientTLSState, err = newClientTLS(cfg.ClientTLS, p.metrics); err != nil {
 		return nil, err
+	}
+	if p.backendTLSState != nil {
+		p.backendTLS = p.backendTLSState.config
+	}
+	if p.clientTLSState != nil {
+		p.clientTLS = p.clientTLSState.config
 	}
 	if p.adminDB == nil {
-		if p.adminDB, err = OpenAdminDB(cfg.Backend); err != nil {
+		if p.adminDB, err = openAdminDB(cfg.Backend, p.backendTLS); err != nil {
 			return nil, fmt.Errorf("backend.user: %w", err)
 		}
 		p.ownsAdminDB = p.adminDB != nil

@@ -199,6 +199,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		return err
 	}
 	var adminSrv *http.Server
+	var adminTLS *proxy.AdminTLS
 	adminAddr := ""
 	if cfg.Admin != "" {
 		aln, err := net.Listen("tcp", cfg.Admin)
@@ -212,12 +213,13 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 			aln.Close()
 			return err
 		}
-		tlsCfg, err := proxy.AdminTLSConfig(cfg.AdminTLS)
+		adminTLS, err = proxy.NewAdminTLS(cfg.AdminTLS, metrics, logger)
 		if err != nil {
 			ln.Close()
 			aln.Close()
 			return err
 		}
+		tlsCfg := adminTLS.Config()
 		adminSrv = &http.Server{
 			Handler: &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: p.Ready, Draining: p.Draining, Sessions: p,
 				Token: token, ProtectProbes: cfg.AdminAuth.ProtectProbes},
@@ -257,6 +259,10 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		for range hup {
 			notify("RELOADING=1")
 			restart, err := reloader.Reload()
+			// Certificates are read again either way: rotated files at
+			// the same paths need no config change.
+			p.ReloadCertificates(reloader.Current())
+			adminTLS.Reload(reloader.Current().AdminTLS)
 			if err != nil {
 				reloadOK.Set(0)
 				logger.Error("config reload failed; keeping the running config", "err", err)
