@@ -73,6 +73,11 @@ type clientConn struct {
 	// status may be wrong either way; whatever relies on it asks the
 	// server first (learnStatus).
 	statusStale bool
+	// xaBranch: an XA START succeeded and the server has not said since
+	// that no transaction is open (XA COMMIT, XA ROLLBACK, or an abort
+	// the next OK shows): the session may be in an XA branch, where the
+	// proxy refuses protected writes (see xaRefusal).
+	xaBranch bool
 	// tablesLocked: the session holds table locks (LOCK TABLES, FLUSH
 	// TABLES t WITH READ LOCK), as far as the proxy can tell: see
 	// setTablesLocked. START TRANSACTION would unlock them, so a guarded
@@ -367,6 +372,9 @@ func (c *clientConn) drainable() bool {
 func (c *clientConn) noteStatus(st uint16) {
 	c.status = st
 	c.statusStale = false
+	if st&mysql.SERVER_STATUS_IN_TRANS == 0 {
+		c.xaBranch = false
+	}
 	c.fence.noteTxnStatus(st)
 	if st&mysql.SERVER_STATUS_NO_BACKSLASH_ESCAPED != 0 {
 		c.sess.NoBackslashEscapes = rewrite.On

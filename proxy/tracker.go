@@ -174,6 +174,8 @@ func (t *tracker) applyEffect(st *rewrite.Stmt) {
 		}
 	case rewrite.Deallocate:
 		delete(c.named, st.Name)
+	case rewrite.XAStart:
+		c.xaBranch = true
 	}
 }
 

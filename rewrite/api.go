@@ -147,6 +147,11 @@ const (
 	Execute             // SQL-level EXECUTE Stmt.Name: the proxy looks up what was prepared under that name
 	Deallocate          // DEALLOCATE/DROP PREPARE Stmt.Name
 	Call                // CALL: its response is any number of result sets, then one OK or ERR
+	// XAStart: XA START / XA BEGIN. Once it succeeded the session is in an
+	// XA branch until the server says no transaction is open, and the
+	// proxy refuses protected writes there: XA PREPARE releases the lease
+	// row's share lock, and XA COMMIT may come after a takeover.
+	XAStart
 )
 
 // Stmt is one statement of a packet.

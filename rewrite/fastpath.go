@@ -95,7 +95,7 @@ func fastLeading(sql []byte, t token) bool {
 	w := sql[t.start:t.end]
 	switch len(w) {
 	case 2:
-		return eqFold(w, "do") || eqFold(w, "xa")
+		return eqFold(w, "do")
 	case 3:
 		return eqFold(w, "get")
 	case 4:

@@ -144,7 +144,7 @@ var statementKinds = []stmtKind{
 	{lead: "rollback", handles: kindTrack, what: "ROLLBACK", example: "ROLLBACK"},
 	{lead: "savepoint", handles: kindTrack, what: "SAVEPOINT", example: "SAVEPOINT a"},
 	{lead: "release", handles: kindTrack, what: "RELEASE SAVEPOINT", example: "RELEASE SAVEPOINT a"},
-	{lead: "xa", handles: kindTrack, what: "XA", example: "XA RECOVER"},
+	{lead: "xa", handles: kindTrack, what: "XA (after XA START / BEGIN no protected write until the branch ends)", example: "XA RECOVER"},
 
 	// Compound statements (MariaDB; sql_mode=ORACLE blocks).
 	{lead: "if", handles: kindNested, what: "IF ... END IF", example: "IF 1 THEN SELECT 1; END IF"},

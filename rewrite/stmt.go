@@ -132,6 +132,8 @@ func (in *stmtIn) decideStmt() stmtRes {
 		return in.lockTablesStmt()
 	case in.kw(0, "binlog") && e.hasTables():
 		return in.refuse("", "BINLOG events cannot be checked for writes to protected tables")
+	case in.kw(0, "xa") && (in.kw(1, "start") || in.kw(1, "begin")):
+		return stmtRes{stmt: Stmt{Kind: XAStart}, matters: true}
 	case in.kw(0, "call"):
 		// A procedure's response is any number of result sets and one OK.
 		// The verdict looks at nothing else.
