@@ -66,6 +66,15 @@ func guardPaths() []guardPath {
 			_, err := c.ExecContext(context.Background(), "LOAD DATA LOCAL INFILE 'Reader::"+name+"' INTO TABLE items (id, v)")
 			return err
 		}, check: "SELECT COUNT(*) FROM items WHERE v = 'loaded'", want: "2"},
+		{name: "LOAD XML", write: func(t *testing.T, e *guardEnv, c *sql.Conn, k fenceKind) error {
+			name := "guardxml-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + string(k)
+			mysql.RegisterReaderHandler(name, func() io.Reader {
+				return strings.NewReader("<rows><row><id>22</id><v>xml</v></row><row><id>23</id><v>xml</v></row></rows>")
+			})
+			defer mysql.DeregisterReaderHandler(name)
+			_, err := c.ExecContext(context.Background(), "LOAD XML LOCAL INFILE 'Reader::"+name+"' INTO TABLE items ROWS IDENTIFIED BY '<row>'")
+			return err
+		}, check: "SELECT COUNT(*) FROM items WHERE v = 'xml'", want: "2"},
 		{name: "multi-table UPDATE", write: execPath("UPDATE items JOIN other ON other.id = items.id SET items.v = CONCAT('m-', other.v)"),
 			check: "SELECT GROUP_CONCAT(v ORDER BY id) FROM items", want: "m-o1,m-o2,three"},
 		{name: "multi-table DELETE", write: execPath("DELETE items FROM items JOIN other ON other.id = items.id"),
@@ -260,4 +269,81 @@ func dialBulk(t *testing.T, addr, user, password, db string) *wireConn {
 		t.Fatal(e)
 	}
 	return w
+}
+
+// TestGuardTriggersSessionTricks: what a direct session can change about
+// itself does not get a stale write past the guard: its sql_mode (the
+// trigger keeps its own), its clock and time zone (SYSDATE(3) against a
+// TIMESTAMP column), its character set, and spellings of the lease, owner
+// and token that compare equal under a loose collation or a conversion.
+// Each attempt changes nothing and is refused.
+func TestGuardTriggersSessionTricks(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	ctx := context.Background()
+	// A lease held until a moment ago: its holder's fence has expired.
+	expired, err := e.store.Acquire(ctx, "guard:expired", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "guard:expired to expire", func() bool {
+		st, err := e.store.Get(ctx, "guard:expired")
+		return err == nil && !st.Held
+	})
+	before := e.dump(t)
+	v := e.valid
+	hexOf := func(s string) string { return fmt.Sprintf("X'%x'", s) }
+	attempts := []struct {
+		name   string
+		setup  []string
+		write  string
+		reason lease.Reason
+	}{
+		{"sql_mode ORACLE", []string{e.setSQL(fenceStale), "SET SESSION sql_mode = 'ORACLE'"},
+			"UPDATE items SET v = 'x' WHERE id = 1", lease.StaleToken},
+		{"sql_mode ANSI, NO_BACKSLASH_ESCAPES, PAD_CHAR_TO_FULL_LENGTH, EMPTY_STRING_IS_NULL",
+			[]string{e.setSQL(fenceStale), "SET SESSION sql_mode = 'ANSI,NO_BACKSLASH_ESCAPES,PAD_CHAR_TO_FULL_LENGTH,EMPTY_STRING_IS_NULL,HIGH_NOT_PRECEDENCE'"},
+			`UPDATE items SET v = 'x' WHERE id = 1`, lease.StaleToken},
+		{"no fence, sql_mode ''", []string{e.setSQL(fenceNone), "SET SESSION sql_mode = ''"}, "DELETE FROM items", lease.NoFence},
+		{"clock moved back over an expired lease", []string{lease.SetVarsSQL(guardVars, expired),
+			"SET @@timestamp = UNIX_TIMESTAMP() - 3600"}, "UPDATE items SET v = 'x' WHERE id = 1", lease.Expired},
+		{"time zone moved over an expired lease", []string{lease.SetVarsSQL(guardVars, expired),
+			"SET time_zone = '-12:00'"}, "INSERT INTO items (v) VALUES ('x')", lease.Expired},
+		{"SET STATEMENT timestamp", []string{lease.SetVarsSQL(guardVars, expired)},
+			"SET STATEMENT timestamp = UNIX_TIMESTAMP() - 3600 FOR UPDATE items SET v = 'x'", lease.Expired},
+		{"lease name in another case", []string{"SET @fence_lease = 'GUARD:ITEMS', @fence_owner = " + hexOf(v.Owner) +
+			", @fence_token = " + fmt.Sprint(v.Token)}, "UPDATE items SET v = 'x' WHERE id = 1", lease.LeaseMissing},
+		{"lease name with a trailing space", []string{"SET @fence_lease = 'guard:items ', @fence_owner = " + hexOf(strings.ToUpper(v.Owner)) +
+			", @fence_token = " + fmt.Sprint(v.Token)}, "UPDATE items SET v = 'x' WHERE id = 1", lease.OwnerMismatch},
+		{"owner in another case, latin1_general_ci", []string{"SET NAMES latin1 COLLATE latin1_general_ci",
+			"SET @fence_lease = 'guard:items', @fence_owner = _latin1 '" + strings.ToUpper(v.Owner) + "' COLLATE latin1_general_ci, @fence_token = " + fmt.Sprint(v.Token)},
+			"UPDATE items SET v = 'x' WHERE id = 1", lease.OwnerMismatch},
+		{"owner with trailing spaces", []string{"SET @fence_lease = 'guard:items', @fence_owner = '" + v.Owner + "   ', @fence_token = " + fmt.Sprint(v.Token)},
+			"UPDATE items SET v = 'x' WHERE id = 1", lease.OwnerMismatch},
+		{"stale token as a string", []string{"SET @fence_lease = 'guard:items', @fence_owner = " + hexOf(v.Owner) +
+			", @fence_token = '" + fmt.Sprint(v.Token-1) + ".9999999'"}, "UPDATE items SET v = 'x' WHERE id = 1", lease.StaleToken},
+		{"token NULL", []string{"SET @fence_lease = 'guard:items', @fence_owner = " + hexOf(v.Owner) + ", @fence_token = NULL"},
+			"UPDATE items SET v = 'x' WHERE id = 1", lease.NoFence},
+		{"SQL PREPARE and EXECUTE", []string{e.setSQL(fenceStale), "PREPARE s FROM 'UPDATE items SET v = ? WHERE id = 1'", "SET @v = 'x'"},
+			"EXECUTE s USING @v", lease.StaleToken},
+		{"XA transaction", []string{e.setSQL(fenceStale), "XA START 'guard-xa'"}, "UPDATE items SET v = 'x' WHERE id = 1", lease.StaleToken},
+		{"INSERT IGNORE", []string{e.setSQL(fenceStale)}, "INSERT IGNORE INTO items (v) VALUES ('x')", lease.StaleToken},
+		{"UPDATE IGNORE", []string{e.setSQL(fenceStale)}, "UPDATE IGNORE items SET v = 'x'", lease.StaleToken},
+		{"REPLACE ... SELECT", []string{e.setSQL(fenceNone)}, "REPLACE INTO items (id, v) SELECT id, v FROM other", lease.NoFence},
+		{"DELETE ... ORDER BY LIMIT", []string{e.setSQL(fenceStale)}, "DELETE FROM items ORDER BY id LIMIT 1", lease.StaleToken},
+		{"multi-statement text", []string{e.setSQL(fenceStale)}, "UPDATE other SET v = 'o' WHERE id = 1; UPDATE items SET v = 'x' WHERE id = 1", lease.StaleToken},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			c := e.direct(t, fenceNone, "multiStatements=true")
+			for _, q := range a.setup {
+				mustExec(t, c, q)
+			}
+			_, err := c.ExecContext(ctx, a.write)
+			guardErr(t, err, a.reason, v.Owner, e.stale.Owner)
+			if got := e.dump(t); got != before {
+				t.Fatalf("changed the tables:\n%s", got)
+			}
+		})
+	}
 }
