@@ -437,3 +437,53 @@ func TestGuardTriggerReadsOneLeaseRow(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardInstallFromAnOddSession: init's session may come with any
+// sql_mode and character set; the guards are created with their own
+// (sql_mode '', utf8mb4), which information_schema shows, and check the
+// same for sessions of every mode.
+func TestGuardInstallFromAnOddSession(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	ctx := context.Background()
+	mustExec(t, e.root, "CREATE TABLE odd (id INT PRIMARY KEY, v VARCHAR(20))")
+	c, err := e.root.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, q := range []string{"SET SESSION sql_mode = 'ORACLE,ANSI_QUOTES,NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT'", "SET NAMES latin1"} {
+		mustExec(t, c, q)
+	}
+	spec := e.specs[0]
+	spec.Table = "odd"
+	if _, err := lease.InstallGuardTriggers(ctx, c, spec); err != nil {
+		t.Fatal(err)
+	}
+	rows := runQuery(e.root, "SELECT SQL_MODE, CHARACTER_SET_CLIENT FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = 'odd'", e.app)
+	if len(rows.Rows) != 3 {
+		t.Fatalf("triggers: %v", rows.Rows)
+	}
+	for _, r := range rows.Rows {
+		if r[0] != "" || r[1] != "utf8mb4" {
+			t.Fatalf("a guard created with sql_mode %q, character set %q", r[0], r[1])
+		}
+	}
+	have, err := lease.ReadTriggers(ctx, e.root, e.app, "odd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := lease.GuardTriggers(spec)
+	if m := lease.Missing(lease.CheckGuardTriggers(want, have)); m != "" {
+		t.Fatalf("installed from an odd session, the guards are not current: %s", m)
+	}
+	for _, mode := range []string{"ORACLE", "ANSI", ""} {
+		stale, valid := e.direct(t, fenceStale), e.direct(t, fenceValid)
+		for _, sc := range []*sql.Conn{stale, valid} {
+			mustExec(t, sc, "SET SESSION sql_mode = '"+mode+"'")
+		}
+		_, err := stale.ExecContext(ctx, "INSERT INTO odd VALUES (1, 'stale')")
+		guardErr(t, err, lease.StaleToken)
+		mustExec(t, valid, "REPLACE INTO odd VALUES (1, 'valid')")
+	}
+}

@@ -104,6 +104,13 @@ func TestInitInstallsGuardTriggers(t *testing.T) {
 	}
 	r = cli(t, "check-config", "--connect", cfg)
 	wantCode(t, r, 0, "check-config --connect after init")
+	// A trigger created later without FOLLOWS/PRECEDES runs after the guard.
+	if _, err := root.Exec("CREATE TRIGGER runs_later_bi BEFORE INSERT ON runs FOR EACH ROW SET @x = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if bi, _ := triggerOrder(t, root, app, "runs", "BEFORE", "INSERT"); len(bi) != 2 || bi[1] != "runs_later_bi" {
+		t.Fatalf("BEFORE INSERT triggers of runs: %q, want the guard first", bi)
+	}
 
 	// Idempotent.
 	r = cli(t, "init", "--dsn", dsn, "--config", cfg, "--json")
@@ -150,8 +157,8 @@ func TestInitInstallsGuardTriggers(t *testing.T) {
 	if _, n := triggerOrder(t, root, app, "jobs", "", ""); n != 3 {
 		t.Fatalf("after init with off, jobs has %d triggers, want its own 3", n)
 	}
-	if _, n := triggerOrder(t, root, app, "runs", "", ""); n != 0 {
-		t.Fatalf("after init with off, runs has %d triggers", n)
+	if _, n := triggerOrder(t, root, app, "runs", "", ""); n != 1 {
+		t.Fatalf("after init with off, runs has %d triggers, want its own one", n)
 	}
 
 	// Usage.
