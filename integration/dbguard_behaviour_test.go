@@ -440,7 +440,7 @@ func TestGuardTriggerReadsOneLeaseRow(t *testing.T) {
 
 // TestGuardInstallFromAnOddSession: init's session may come with any
 // sql_mode and character set; the guards are created with their own
-// (sql_mode ”, utf8mb4), which information_schema shows, and check the
+// (an empty sql_mode, utf8mb4), which information_schema shows, and check the
 // same for sessions of every mode.
 func TestGuardInstallFromAnOddSession(t *testing.T) {
 	s := dbtest.Shared(t)
