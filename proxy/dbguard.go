@@ -130,7 +130,7 @@ func (p *Proxy) checkGuardsDirect(cfg *policy.Config, pol *policy.Policy) (map[s
 
 // startGuards is New's check: an error when the proxy must not start.
 func (p *Proxy) startGuards(cfg *policy.Config, pol *policy.Policy) error {
-	if pol.DatabaseGuard != policy.GuardTriggers {
+	if pol.DatabaseGuard != policy.GuardTriggers || len(pol.Tables) == 0 {
 		return nil
 	}
 	problems, err := p.checkGuardsDirect(cfg, pol)
@@ -148,7 +148,8 @@ func (p *Proxy) startGuards(cfg *policy.Config, pol *policy.Policy) error {
 // reloadGuards is Update's: a reload that turns the guard on, or one
 // without a catalog to check against, reads the triggers itself.
 func (p *Proxy) reloadGuards(cfg *policy.Config, pol *policy.Policy) {
-	if pol.DatabaseGuard != policy.GuardTriggers || pol.Version == p.guard.checked || (p.guard.known && p.catalog != nil) {
+	if pol.DatabaseGuard != policy.GuardTriggers || len(pol.Tables) == 0 || pol.Version == p.guard.checked ||
+		(p.guard.known && p.catalog != nil) {
 		return
 	}
 	problems, err := p.checkGuardsDirect(cfg, pol)
