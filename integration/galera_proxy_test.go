@@ -315,7 +315,7 @@ func guardRunning(t *testing.T, db *sql.DB) bool {
 // connection that stays usable and nothing is written; a shutdown
 // (SIGTERM) force-closes such a write at its deadline instead of waiting
 // for the server; and when its backend connection dies (KILL CONNECTION
-// on the node) the client gets a MySQL error (2013) at once.
+// on the node) the client gets a MySQL error (1053, 08S01) at once.
 func TestGaleraProxyBlockedWrite(t *testing.T) {
 	cases := []struct {
 		name     string

@@ -49,7 +49,7 @@ func TestBackendEndsIdleSession(t *testing.T) {
 
 // TestBackendEndsSessionInTransaction: inside a transaction the proxy does
 // not watch the backend; the client learns of the lost session from its
-// next command, with ERR 2013, and the connection then closes.
+// next command, with ERR 1053 (08S01), and the connection then closes.
 func TestBackendEndsSessionInTransaction(t *testing.T) {
 	s := dbtest.Shared(t)
 	root := dbtest.Open(t, s.RootDSN(""))
@@ -62,8 +62,8 @@ func TestBackendEndsSessionInTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatalf("want an ERR packet, got %v", err)
 	}
-	if e := r.err(); e == nil || e.Code != 2013 || !strings.Contains(e.Msg, "lost connection to the backend") {
-		t.Fatalf("want ERR 2013, got %v", describe(r, err))
+	if e := r.err(); e == nil || e.Code != 1053 || e.State != "08S01" || !strings.Contains(e.Msg, "lost connection to the backend") {
+		t.Fatalf("want ERR 1053 (08S01), got %v", describe(r, err))
 	}
 	if r, err := w.readClosed(); err != nil || !r.Closed {
 		t.Fatalf("connection not closed after the ERR: %v %v", r, err)

@@ -187,8 +187,8 @@ func TestBackendTLSModes(t *testing.T) {
 		{"preferred with TLS", ts.Addr, []string{"tls: preferred"}, true, 0, ""},
 		{"preferred without TLS", plain.Addr, []string{"tls: preferred"}, false, 0, ""},
 		{"verify-full wrong server_name", ts.Addr, []string{"tls: verify-full", "ca_file: " + ts.Certs.CAFile, "server_name: wrong.example"},
-			false, 2026, "wrong.example"},
-		{"verify-ca unknown CA", ts.Addr, []string{"tls: verify-ca", "ca_file: " + other.CAFile}, false, 2026, "certificate"},
+			false, 9001, "wrong.example"},
+		{"verify-ca unknown CA", ts.Addr, []string{"tls: verify-ca", "ca_file: " + other.CAFile}, false, 9001, "certificate"},
 		{"required without TLS", plain.Addr, []string{"tls: required"}, false, 9001, "does not offer TLS"},
 	}
 	for _, tc := range cases {
