@@ -1,4 +1,4 @@
-// Package infoschema reads a catalog.Snapshot from a MariaDB or MySQL 8
+// Package infoschema reads a catalog.Snapshot from a MariaDB, MySQL 8 or TiDB
 // server's information_schema, tells cheaply whether it changed, and keeps
 // one fresh (Watcher).
 //
@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,14 @@ var bodyChars = strconv.Itoa(catalog.MaxBodyBytes + 1)
 // systemSchemas hold no application objects; their objects cannot be
 // created by applications.
 const systemSchemas = "('mysql','information_schema','performance_schema','sys')"
+
+// Schema names are compared in lower case: TiDB's information_schema
+// compares them byte by byte (utf8mb4_bin) and spells its own
+// INFORMATION_SCHEMA and PERFORMANCE_SCHEMA in capitals; MariaDB's
+// compares them ignoring case already. appTables also leaves out the
+// server's own read-only tables (TiDB's METRICS_SCHEMA holds 700 of
+// them), which nothing can write or redefine.
+const appTables = " AND TABLE_TYPE <> 'SYSTEM VIEW'"
 
 // BlindError: the account cannot see some kind of object, so a snapshot
 // would miss writes.
@@ -97,7 +106,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	var tables []tableRow
 	forwarding := false
 	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, COALESCE(ENGINE, '') FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		WHERE LOWER(TABLE_SCHEMA) NOT IN `+systemSchemas+appTables, func(r *sql.Rows) error {
 		var n catalog.Name
 		var typ, engine string
 		err := r.Scan(&n.Schema, &n.Name, &typ, &engine)
@@ -139,7 +148,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 		}
 	}
 	err = each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, COALESCE(LEFT(VIEW_DEFINITION, `+bodyChars+`), '') FROM information_schema.VIEWS
-		WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		WHERE LOWER(TABLE_SCHEMA) NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var v catalog.View
 		err := r.Scan(&v.Schema, &v.Name, &v.Definition)
 		s.Views = append(s.Views, v)
@@ -150,7 +159,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	}
 	err = each(ctx, db, `SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE, EVENT_MANIPULATION, ACTION_TIMING,
 		COALESCE(LEFT(ACTION_STATEMENT, `+bodyChars+`), ''), SQL_MODE FROM information_schema.TRIGGERS
-		WHERE TRIGGER_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		WHERE LOWER(TRIGGER_SCHEMA) NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var t catalog.Trigger
 		var ev string
 		if err := r.Scan(&t.Schema, &t.Name, &t.Table, &ev, &t.Timing, &t.Body, &t.SQLMode); err != nil {
@@ -171,7 +180,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 	// mode): their routines are called as package.routine and count as
 	// procedures whose body is the package's.
 	err = each(ctx, db, `SELECT ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE, COALESCE(LEFT(ROUTINE_DEFINITION, `+bodyChars+`), ''), SQL_MODE
-		FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		FROM information_schema.ROUTINES WHERE LOWER(ROUTINE_SCHEMA) NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var rt catalog.Routine
 		var typ string
 		err := r.Scan(&rt.Schema, &rt.Name, &typ, &rt.Body, &rt.SQLMode)
@@ -183,7 +192,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 		return nil, fmt.Errorf("reading information_schema.ROUTINES: %w", err)
 	}
 	fkQuery, fkArgs := `SELECT `+fkColumns+` FROM information_schema.REFERENTIAL_CONSTRAINTS
-		WHERE CONSTRAINT_SCHEMA NOT IN `+systemSchemas, []any(nil)
+		WHERE LOWER(CONSTRAINT_SCHEMA) NOT IN `+systemSchemas, []any(nil)
 	if forwarding {
 		fkQuery, fkArgs = fkAround(tables)
 	}
@@ -197,7 +206,7 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 		return nil, fmt.Errorf("reading information_schema.REFERENTIAL_CONSTRAINTS: %w", err)
 	}
 	err = each(ctx, db, `SELECT EVENT_SCHEMA, EVENT_NAME, COALESCE(LEFT(EVENT_DEFINITION, `+bodyChars+`), ''), SQL_MODE
-		FROM information_schema.EVENTS WHERE EVENT_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+		FROM information_schema.EVENTS WHERE LOWER(EVENT_SCHEMA) NOT IN `+systemSchemas, func(r *sql.Rows) error {
 		var e catalog.Event
 		err := r.Scan(&e.Schema, &e.Name, &e.Body, &e.SQLMode)
 		s.Events = append(s.Events, e)
@@ -298,11 +307,11 @@ var notHere = func() string {
 	for _, e := range catalog.RowsHere() {
 		q = append(q, "'"+e+"'")
 	}
-	return "TABLE_TYPE = 'BASE TABLE' AND COALESCE(ENGINE, '') NOT IN (" + strings.Join(q, ", ") + ")"
+	return "TABLE_TYPE = 'BASE TABLE' AND LOWER(COALESCE(ENGINE, '')) NOT IN (" + strings.Join(q, ", ") + ")"
 }()
 
 // forwardingCount counts the tables that notHere describes.
-var forwardingCount = "(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN " + systemSchemas + " AND " + notHere + ")"
+var forwardingCount = "(SELECT COUNT(*) FROM information_schema.TABLES WHERE LOWER(TABLE_SCHEMA) NOT IN " + systemSchemas + " AND " + notHere + ")"
 
 // fkAround returns a query of the foreign keys (fkColumns) that opens no
 // table whose engine forwards rows, and its arguments.
@@ -349,31 +358,31 @@ func fkAround(tables []tableRow) (string, []any) {
 // aggregate does not matter: the sum of CRC32s is order-free.
 var digestQuery = `
 SELECT 'tables', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, COALESCE(ENGINE, '')))), 0)
-  FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + `
+  FROM information_schema.TABLES WHERE LOWER(TABLE_SCHEMA) NOT IN ` + systemSchemas + appTables + `
 UNION ALL
 SELECT 'merge', COUNT(*), 0
-  FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + ` AND ENGINE IN ('MRG_MyISAM', 'MRG_MYISAM')
+  FROM information_schema.TABLES WHERE LOWER(TABLE_SCHEMA) NOT IN ` + systemSchemas + ` AND ENGINE IN ('MRG_MyISAM', 'MRG_MYISAM')
 UNION ALL
 SELECT 'views', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TABLE_SCHEMA, TABLE_NAME, MD5(VIEW_DEFINITION)))), 0)
-  FROM information_schema.VIEWS WHERE TABLE_SCHEMA NOT IN ` + systemSchemas + `
+  FROM information_schema.VIEWS WHERE LOWER(TABLE_SCHEMA) NOT IN ` + systemSchemas + `
 UNION ALL
 SELECT 'triggers', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE,
     EVENT_MANIPULATION, ACTION_TIMING, CREATED, SQL_MODE, MD5(ACTION_STATEMENT)))), 0)
-  FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA NOT IN ` + systemSchemas + `
+  FROM information_schema.TRIGGERS WHERE LOWER(TRIGGER_SCHEMA) NOT IN ` + systemSchemas + `
 UNION ALL
 SELECT 'routines', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE,
     LAST_ALTERED, SQL_MODE, MD5(ROUTINE_DEFINITION)))), 0)
-  FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA NOT IN ` + systemSchemas + `
+  FROM information_schema.ROUTINES WHERE LOWER(ROUTINE_SCHEMA) NOT IN ` + systemSchemas + `
 UNION ALL
 SELECT 'forwarding', ` + forwardingCount + `, 0
 UNION ALL
 SELECT 'foreign keys', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, ` + fkColumns + `))), 0)
-  FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA NOT IN ` + systemSchemas + `
+  FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE LOWER(CONSTRAINT_SCHEMA) NOT IN ` + systemSchemas + `
   AND ` + forwardingCount + ` = 0
 UNION ALL
 SELECT 'events', COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, EVENT_SCHEMA, EVENT_NAME, LAST_ALTERED, SQL_MODE,
     MD5(EVENT_DEFINITION)))), 0)
-  FROM information_schema.EVENTS WHERE EVENT_SCHEMA NOT IN ` + systemSchemas + `
+  FROM information_schema.EVENTS WHERE LOWER(EVENT_SCHEMA) NOT IN ` + systemSchemas + `
 UNION ALL
 SELECT 'privileges', COUNT(*), COALESCE(SUM(CRC32(PRIVILEGE_TYPE)), 0)
   FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ` + currentGrantee
@@ -411,6 +420,9 @@ func Digest(ctx context.Context, db *sql.DB) (string, error) {
 	if udfs {
 		q += udfDigest
 	}
+	// The rows of a UNION ALL come in any order (TiDB runs its branches
+	// in parallel): they are hashed sorted.
+	var lines []string
 	err = each(ctx, db, q, func(r *sql.Rows) error {
 		var kind string
 		var n, sum uint64
@@ -423,17 +435,21 @@ func Digest(ctx context.Context, db *sql.DB) (string, error) {
 		case "forwarding":
 			forwarding = n
 		}
-		fmt.Fprintf(h, "%s %d %d\n", kind, n, sum)
+		lines = append(lines, fmt.Sprintf("%s %d %d\n", kind, n, sum))
 		return nil
 	})
 	if err != nil {
 		return "", err
 	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		h.Write([]byte(l))
+	}
 	if forwarding > 0 {
 		// The foreign keys row above was empty (it would open them).
 		var tables []tableRow
 		err := each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, COALESCE(ENGINE, '') FROM information_schema.TABLES
-			WHERE TABLE_SCHEMA NOT IN `+systemSchemas, func(r *sql.Rows) error {
+			WHERE LOWER(TABLE_SCHEMA) NOT IN `+systemSchemas+appTables, func(r *sql.Rows) error {
 			var t tableRow
 			err := r.Scan(&t.name.Schema, &t.name.Name, &t.typ, &t.engine)
 			tables = append(tables, t)
@@ -452,7 +468,7 @@ func Digest(ctx context.Context, db *sql.DB) (string, error) {
 	}
 	if merges > 0 {
 		var names []catalog.Name
-		err := each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN `+
+		err := each(ctx, db, `SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE LOWER(TABLE_SCHEMA) NOT IN `+
 			systemSchemas+` AND ENGINE IN ('MRG_MyISAM', 'MRG_MYISAM') ORDER BY TABLE_SCHEMA, TABLE_NAME`, func(r *sql.Rows) error {
 			var n catalog.Name
 			err := r.Scan(&n.Schema, &n.Name)

@@ -361,3 +361,61 @@ func catUser(t *testing.T, db *sql.DB) string {
 	i := strings.LastIndexByte(u, '@')
 	return "'" + u[:i] + "'@'" + u[i+1:] + "'"
 }
+
+// TestLoadOnTiDB: with the catalog account's grants, TiDB's catalog reads
+// (it has no mysql.func: Load and Digest failed with error 1146 before) and
+// holds its cascading foreign keys, so a DELETE from the parent is fenced
+// rather than refused as unknown.
+func TestLoadOnTiDB(t *testing.T) {
+	srv := dbtest.SharedTiDB(t)
+	db := dbtest.NewDatabase(t, srv)
+	root := dbtest.Open(t, srv.RootDSN(db))
+	for _, s := range []string{
+		"CREATE TABLE parent (id INT PRIMARY KEY)",
+		"CREATE TABLE jobs (id INT PRIMARY KEY, pid INT, CONSTRAINT fk_p FOREIGN KEY (pid) REFERENCES parent (id) ON DELETE CASCADE)",
+		"CREATE VIEW v_jobs AS SELECT id, pid FROM jobs",
+	} {
+		if _, err := root.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	acc := account(t, srv, root, "GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO %s")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snap, err := Load(ctx, acc)
+	if err != nil {
+		t.Fatalf("Load with the catalog account: %v", err)
+	}
+	d1, err := Digest(ctx, acc)
+	if err != nil {
+		t.Fatalf("Digest with the catalog account: %v", err)
+	}
+	if d2, err := Digest(ctx, acc); err != nil || d2 != d1 {
+		t.Fatalf("Digest again: %q %v, want %q", d2, err, d1)
+	}
+	c := catalog.Close(snap, []catalog.Protected{{Schema: db, Table: "jobs"}})
+	if c.Table(db, "parent") == nil || c.Table(db, "v_jobs") == nil {
+		t.Fatalf("the closure lacks the cascading parent or the view:\n%s", strings.Join(c.Lines(), "\n"))
+	}
+	if len(snap.UDFs) != 0 || len(snap.Triggers) != 0 || len(snap.Events) != 0 {
+		t.Errorf("TiDB objects it has not: %d UDFs, %d triggers, %d events", len(snap.UDFs), len(snap.Triggers), len(snap.Events))
+	}
+	// TiDB compares information_schema strings byte by byte: its ENGINE
+	// "InnoDB" is a local engine, not one that forwards rows, and its
+	// capitalised system schemas and METRICS_SCHEMA stay out.
+	var forwarding int
+	if err := acc.QueryRowContext(ctx, "SELECT "+forwardingCount).Scan(&forwarding); err != nil || forwarding != 0 || len(snap.Engines) != 0 {
+		t.Errorf("forwarding tables on TiDB: %d (%v), engines %v", forwarding, err, snap.Engines)
+	}
+	for _, n := range snap.Tables {
+		if s := strings.ToLower(n.Schema); s == "information_schema" || s == "performance_schema" || s == "metrics_schema" {
+			t.Fatalf("a system table in the snapshot: %v", n)
+		}
+	}
+	if _, err := root.Exec("CREATE TABLE later (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if d3, err := Digest(ctx, acc); err != nil || d3 == d1 {
+		t.Fatalf("Digest after CREATE TABLE: %q %v, want a change from %q", d3, err, d1)
+	}
+}
