@@ -3,9 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"net"
 	"os"
@@ -47,9 +45,12 @@ type envOptions struct {
 	backend []string         // more backend keys ("user: x")
 	server  *dbserver.Server // default: the engine's (mariadb: dbtest.Shared)
 	engine  string           // engMariaDB (default), engGalera or engTiDB
-	// account: the proxy gets its own account (backend.user), with what
-	// the schema catalog, the lease functions and the audit need: the
-	// catalog is on, as in a deployment.
+	// createdLater are more protected tables, declared created_later: true,
+	// that the test creates (or not) after the proxy started.
+	createdLater []string
+	// account: the proxy gets its own account (backend.user) with the
+	// documented grants, as in a deployment: the catalog is on. forEachEngine's
+	// account deployment sets it for every engine test.
 	account bool
 }
 
@@ -79,9 +80,6 @@ func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	for _, q := range stmts {
 		mustExec(t, root, q)
 	}
-	if o.account {
-		o.backend = append(o.backend, proxyAccount(t, root, db)...)
-	}
 	if o.onStale == "" {
 		o.onStale = "zero_rows"
 	}
@@ -94,7 +92,13 @@ func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 	for _, tb := range o.tables {
 		yml += "  - name: " + db + "." + tb + "\n"
 	}
+	for _, tb := range o.createdLater {
+		yml += "  - name: " + db + "." + tb + "\n    created_later: true\n"
+	}
 	yml += "audit:\n  file: " + auditFile + "\n" + o.audit + o.extra
+	if (o.account || withAccount(t)) && !hasUser(o.backend) {
+		o.backend = append(o.backend, proxyAccount(t, s, db)...)
+	}
 	tp := startProxy(t, s.Addr, yml, o.backend...)
 	other, rootDSN := root, s.RootDSN(db)
 	if cluster != nil {
@@ -241,26 +245,4 @@ func splitHostPort(t *testing.T, addr string) (string, string) {
 		t.Fatal(err)
 	}
 	return h, p
-}
-
-// proxyAccount creates an account for the proxy on the server behind root
-// (on Galera it replicates): SELECT and SHOW VIEW everywhere for the
-// catalog, writes to the lease table of db for the lease functions. It
-// returns the backend keys that name it.
-func proxyAccount(t *testing.T, root *sql.DB, db string) []string {
-	t.Helper()
-	var b [4]byte
-	rand.Read(b[:])
-	suffix := hex.EncodeToString(b[:])
-	user, pw, env := "fp_acct_"+suffix, "acct-Pw-"+suffix, "FP_TEST_ACCOUNT_PW_"+strings.ToUpper(suffix)
-	t.Setenv(env, pw)
-	for _, q := range []string{
-		"CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + pw + "'",
-		"GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO '" + user + "'@'%'",
-		"GRANT SELECT, INSERT, UPDATE ON `" + db + "`.fenced_job_leases TO '" + user + "'@'%'",
-	} {
-		mustExec(t, root, q)
-	}
-	t.Cleanup(func() { root.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
-	return []string{"user: " + user, "password_env: " + env}
 }

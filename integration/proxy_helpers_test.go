@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,11 +43,17 @@ type testProxy struct {
 // add backend keys). It stops at the end of the test.
 func startProxy(t testing.TB, backendAddr, extraYAML string, backendYAML ...string) *testProxy {
 	t.Helper()
+	if !withAccount(t) && !slices.ContainsFunc(backendYAML, func(b string) bool { return strings.HasPrefix(b, "health_interval:") }) {
+		// The active health check's connections would be the first a
+		// forwarder or a connection count sees; tests that want it say
+		// so, and forEachEngine's account deployment runs it.
+		backendYAML = append(slices.Clip(backendYAML), "health_interval: 0s")
+	}
 	yml := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + backendAddr + "\n"
 	for _, b := range backendYAML {
 		yml += "  " + b + "\n"
 	}
-	yml += extraYAML
+	yml += knowingly(extraYAML, backendYAML)
 	cfg, err := policy.Parse("test.yaml", []byte(yml))
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, yml)
@@ -63,7 +70,7 @@ func (tp *testProxy) reload(t testing.TB, extraYAML string) {
 	for _, b := range tp.backendYAML {
 		yml += "  " + b + "\n"
 	}
-	yml += extraYAML
+	yml += knowingly(extraYAML, tp.backendYAML)
 	cfg, err := policy.Parse("test.yaml", []byte(yml))
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, yml)
@@ -111,6 +118,25 @@ func startProxyConfigOpts(t testing.TB, cfg *policy.Config, opts proxy.Options) 
 		al.Close()
 	})
 	return &testProxy{Addr: ln.Addr().String(), Proxy: p, Audit: al, Metrics: m, Reg: reg, Config: cfg, Policy: pol}
+}
+
+// knowingly adds catalog.refresh: 0s to a config with protected tables
+// and no proxy account: such a config is refused unless it says so (the
+// bare deployment; forEachEngine's account deployment has the account).
+func knowingly(extraYAML string, backendYAML []string) string {
+	if strings.Contains(extraYAML, "tables:") && !hasUser(backendYAML) && !strings.Contains(extraYAML, "catalog:") {
+		return extraYAML + "catalog:\n  refresh: 0s\n"
+	}
+	return extraYAML
+}
+
+func hasUser(backendYAML []string) bool {
+	for _, b := range backendYAML {
+		if strings.HasPrefix(strings.TrimSpace(b), "user:") {
+			return true
+		}
+	}
+	return false
 }
 
 // DSN is a go-sql-driver DSN through the proxy.

@@ -23,6 +23,7 @@ type decoder struct {
 	keys    map[string]*token.Token
 	anchors map[string]ast.Node
 	bad     map[string]bool // key paths whose value could not be decoded
+	failed  map[string]bool // key paths a rule was reported at
 }
 
 func newDecoder(file string) *decoder {
@@ -32,6 +33,7 @@ func newDecoder(file string) *decoder {
 		keys:    map[string]*token.Token{},
 		anchors: map[string]ast.Node{},
 		bad:     map[string]bool{},
+		failed:  map[string]bool{},
 	}
 }
 
@@ -53,7 +55,20 @@ func (d *decoder) fail(path, reason string) {
 			return
 		}
 	}
+	d.failed[path] = true
 	d.failAt(d.pos(path), path+": "+reason)
+}
+
+// reported tells whether a problem was already reported at the key at
+// path, or at a key enclosing it, or its value (or an enclosing one) did
+// not decode.
+func (d *decoder) reported(path string) bool {
+	for p := path; p != ""; p = parent(p) {
+		if d.bad[p] || d.failed[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // failValue records that the value at path cannot be decoded.

@@ -27,6 +27,19 @@ func Load(path string) (*Config, error) {
 // keys are errors; absent keys get their defaults. All problems of the file
 // are returned at once, each as an *Error "FILE:LINE:COL: reason".
 func Parse(path string, data []byte) (*Config, error) {
+	c, err := Check(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Check is Parse that also returns what it could decode of a file with
+// problems (nil only when the file is not YAML at all), so that
+// check-config can go on to check files, addresses and the backend in the
+// same run: keys with a problem of their own are marked (Reported), and
+// the config must not be used for anything else.
+func Check(path string, data []byte) (*Config, error) {
 	d := newDecoder(path)
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a BOM some editors write
 	// Duplicate keys are left to the decoder, which reports them together
@@ -58,12 +71,13 @@ func Parse(path string, data []byte) (*Config, error) {
 	if body != nil {
 		d.value("", body, reflect.ValueOf(c).Elem())
 	}
+	c.dec = d
 	c.fillDefaults(d)
 	c.validate(d)
-	if len(d.errs) > 0 {
-		return nil, joinSorted(d.errs)
-	}
 	c.resolvePaths()
+	if len(d.errs) > 0 {
+		return c, joinSorted(d.errs)
+	}
 	if c.policy, err = NewPolicy(0, c.Fencing, c.Tables); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err) // unreachable: validate applies the same rules
 	}

@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 			Shutdown:  Duration(30 * time.Second),
 		},
 		Limits:  Limits{MaxQueryBytes: 64 << 20, MaxParseBytes: 1 << 20, MaxParseTokens: 25_000, MaxParseNesting: 2_500, RewriteCache: 4096},
-		Backend: Backend{Address: "127.0.0.1:3306", TLS: "disabled", Engine: "auto"},
+		Backend: Backend{Address: "127.0.0.1:3306", TLS: "disabled", Engine: "auto", HealthInterval: Duration(5 * time.Second)},
 		Fencing: Fencing{
 			LeaseTable: "fenced_job_leases",
 			Variables:  Variables{Lease: "fence_lease", Owner: "fence_owner", Token: "fence_token"},
@@ -42,7 +42,7 @@ func TestDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.policy = nil
+		c.policy, c.dec = nil, nil
 		if !reflect.DeepEqual(*c, want) {
 			t.Errorf("defaults of %q:\n got %+v\nwant %+v", src, *c, want)
 		}
@@ -107,7 +107,7 @@ func allKeys(t reflect.Type) []string {
 }
 
 func TestTablesGetSchemaTableAndLine(t *testing.T) {
-	c, err := Parse("f.yaml", []byte("tables:\n  - name: app.runs\n    lease: nightly\n\n  - {name: App.Invoices}\n"))
+	c, err := Parse("f.yaml", []byte(knowingly("tables:\n  - name: app.runs\n    lease: nightly\n\n  - {name: App.Invoices}\n")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,10 +39,13 @@ type Config struct {
 	// listen port, host:port).
 	InstanceID string `yaml:"instance_id"`
 
+	Doctor Doctor `yaml:"doctor"`
+
 	// Path is the file the config was read from (for messages and reload).
 	Path string `yaml:"-"`
 
-	policy *Policy // built by Parse; see Config.Policy
+	policy *Policy  // built by Parse; see Config.Policy
+	dec    *decoder // positions of the file's keys, for ErrorAt
 }
 
 // ClientTLS is TLS offered to apps connecting to the proxy.
@@ -124,6 +127,15 @@ type Backend struct {
 	User         string `yaml:"user"`
 	PasswordEnv  string `yaml:"password_env"`
 	PasswordFile string `yaml:"password_file"`
+
+	// HealthInterval is how often the proxy checks the backend on its own,
+	// whether or not clients use it (default 5s; 0s = only client
+	// connections and /readyz tell): a login with User and a ping, or,
+	// without User, a read of the server's greeting when the backend is on
+	// a loopback address (elsewhere such probes count toward the server's
+	// max_connect_errors and would get the proxy's host blocked). It sets
+	// fenceproxy_backend_up and counts fenceproxy_backend_dial_failures_total.
+	HealthInterval Duration `yaml:"health_interval"`
 }
 
 // Backend engines (backend.engine).
@@ -179,6 +191,12 @@ type Table struct {
 	Name  string `yaml:"name"`  // schema.table
 	Lease string `yaml:"lease"` // fixed lease name; "" = the session's @fence_lease
 
+	// CreatedLater declares a table that need not exist yet (a migration
+	// creates it after the proxy starts): the start-up and reload checks
+	// do not require it, and it is fenced by name from the moment it
+	// appears, as every protected table is.
+	CreatedLater bool `yaml:"created_later"`
+
 	Schema string `yaml:"-"` // from Name
 	Table  string `yaml:"-"` // from Name
 	Line   int    `yaml:"-"` // line of this entry in the file (0 if not from a file)
@@ -225,6 +243,16 @@ func (a AdminAuth) Enabled() bool { return a.TokenFile != "" || a.TokenEnv != ""
 type AdminTLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
+}
+
+// Doctor configures `fenceproxy doctor`.
+type Doctor struct {
+	// TrustedAccounts are accounts whose privileges are known and meant
+	// (operators, the migration account): doctor reports what they may do
+	// as information, not as findings. Each is user@host as the account
+	// was created (quoted or not: 'ops'@'10.0.%', ops@localhost), or a
+	// bare name: that user at any host, or the role of that name.
+	TrustedAccounts []string `yaml:"trusted_accounts"`
 }
 
 // Catalog is the proxy's knowledge of the schema objects that write tables

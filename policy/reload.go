@@ -16,6 +16,16 @@ type Reloader struct {
 	mu      sync.Mutex // serialises Reload
 	cur     atomic.Pointer[snapshot]
 	lastErr atomic.Pointer[error]
+	check   func(*Config) error // SetCheck's; nil: none
+}
+
+// SetCheck makes Reload refuse a file that loads but that check rejects
+// (a protected table the backend does not have): the running config then
+// stays, as for a file with errors. Call it before the first Reload.
+func (r *Reloader) SetCheck(check func(*Config) error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.check = check
 }
 
 type snapshot struct {
@@ -58,6 +68,9 @@ func (r *Reloader) Reload() (changedNeedsRestart []string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, err := Load(r.path)
+	if err == nil && r.check != nil {
+		err = r.check(c)
+	}
 	r.lastErr.Store(&err)
 	if err != nil {
 		return nil, err

@@ -27,6 +27,14 @@ const (
 	maxCatalogRefresh = 10 * time.Minute
 )
 
+// DefaultHealthInterval: how often the proxy checks the backend on its
+// own (backend.health_interval); its bounds.
+const (
+	DefaultHealthInterval = 5 * time.Second
+	minHealthInterval     = 100 * time.Millisecond
+	maxHealthInterval     = time.Hour
+)
+
 // Defaults of the audit file's rotation.
 const (
 	DefaultAuditMaxSizeMB  = 100
@@ -78,6 +86,7 @@ func (c *Config) fillDefaults(d *decoder) {
 	str("backend.address", &c.Backend.Address, DefaultBackend)
 	str("backend.tls", &c.Backend.TLS, TLSDisabled)
 	str("backend.engine", &c.Backend.Engine, EngineAuto)
+	dur("backend.health_interval", &c.Backend.HealthInterval, DefaultHealthInterval)
 	str("fencing.lease_table", &c.Fencing.LeaseTable, DefaultLeaseTable)
 	str("fencing.variables.lease", &c.Fencing.Variables.Lease, DefaultLeaseVar)
 	str("fencing.variables.owner", &c.Fencing.Variables.Owner, DefaultOwnerVar)
@@ -170,6 +179,9 @@ func (c *Config) validate(d *decoder) {
 	}
 
 	c.Backend.validate(d)
+	c.validateAddresses(d)
+	c.validateProtection(d)
+	c.Doctor.validate(d)
 
 	for _, p := range c.Fencing.check() {
 		d.fail(p.field, p.reason)
@@ -272,6 +284,9 @@ func (b *Backend) validate(d *decoder) {
 	if r := oneOf(b.Engine, engines); r != "" {
 		d.fail("backend.engine", r)
 	}
+	if h := b.HealthInterval.D(); h != 0 && (h < minHealthInterval || h > maxHealthInterval) {
+		d.fail("backend.health_interval", fmt.Sprintf("must be 0s (no active check) or from %v to %v", minHealthInterval, maxHealthInterval))
+	}
 	if b.TLS == TLSVerifyCA && b.CAFile == "" {
 		d.fail("backend.tls", "verify-ca needs backend.ca_file")
 	}
@@ -285,6 +300,8 @@ func (b *Backend) validate(d *decoder) {
 				d.fail("backend."+k, "needs backend.user")
 			}
 		}
+	case d.reported("backend.password_env") || d.reported("backend.password_file"):
+		// Said already; an undecodable value is not a missing one.
 	case b.PasswordEnv == "" && b.PasswordFile == "":
 		d.fail("backend.user", "needs backend.password_env or backend.password_file")
 	case b.PasswordEnv != "" && b.PasswordFile != "":

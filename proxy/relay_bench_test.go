@@ -163,7 +163,10 @@ func benchProxy(b *testing.B, backend, extra string) string {
 	if strings.Contains(extra, "engine:") {
 		engine = ""
 	}
-	cfg, err := policy.Parse("bench.yaml", []byte("listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: "+backend+"\n"+engine+extra))
+	if strings.Contains(extra, "tables:") && !strings.Contains(extra, "catalog:") {
+		extra += "catalog:\n  refresh: 0s\n" // a scripted backend has no catalog
+	}
+	cfg, err := policy.Parse("bench.yaml", []byte("listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: "+backend+"\n  health_interval: 0s\n"+engine+extra))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -126,11 +126,19 @@ func newHarness(t *testing.T, tc transcriptCase) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	yaml := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + ln.Addr().String() + "\n"
+	// health_interval 0s: the scripted backend answers the connections it
+	// expects, in order; an active health check would take one.
+	yaml := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + ln.Addr().String() + "\n  health_interval: 0s\n"
 	for _, l := range strings.Split(strings.TrimSpace(tc.backend), "\n") {
 		if l != "" {
 			yaml += "  " + l + "\n"
 		}
+	}
+	if !strings.Contains(tc.backend, "user:") && !strings.Contains(tc.config, "catalog:") {
+		// A scripted backend has no catalog to read; without the
+		// proxy's own account the tables need it said (policy's
+		// protection rule).
+		yaml += "catalog:\n  refresh: 0s\n"
 	}
 	base := yaml
 	yaml += "tables:\n  - name: app.invoices\n  - name: app.runs\n    lease: admin:runs\n" + tc.config

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,17 +18,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
 
 	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/internal/mysqld"
 	"github.com/fenceproxy/fenceproxy/policy"
 )
-
-// demoPasswordEnv carries the throwaway server's root password to the
-// demo's proxy (backend.password_env).
-const demoPasswordEnv = "FENCEPROXY_DEMO_BACKEND_PASSWORD"
 
 func init() {
 	subcommands = append(subcommands, newDemoCommand)
@@ -125,20 +122,17 @@ func (d *demo) run(ctx context.Context, listen string, wait bool) error {
 	ln.Close()
 	auditFile := filepath.Join(dir, "audit.jsonl")
 	cfgFile := filepath.Join(dir, "fenceproxy.yaml")
-	// The proxy's own account is the throwaway server's root; its password
-	// reaches the proxy through the environment, as in production.
-	rootCfg, err := mysql.ParseDSN(srv.RootDSN(""))
-	if err != nil {
+	pwFile := filepath.Join(dir, "fenceproxy-password")
+	if err := demoProxyAccount(ctx, root, pwFile); err != nil {
 		return err
 	}
-	os.Setenv(demoPasswordEnv, rootCfg.Passwd)
 	cfgText := fmt.Sprintf(`listen: %s
 admin: ""
 log_level: error
 backend:
   address: %s
-  user: %s
-  password_env: %s
+  user: fenceproxy                # the proxy's own account: schema catalog, lease functions, audit table
+  password_file: %s
 fencing:
   database_guard: triggers
 tables:
@@ -146,7 +140,7 @@ tables:
     lease: admin:reconciliation
 audit:
   file: %s
-`, listen, srv.Addr, rootCfg.User, demoPasswordEnv, auditFile)
+`, listen, srv.Addr, pwFile, auditFile)
 	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o600); err != nil {
 		return err
 	}
@@ -158,6 +152,11 @@ audit:
 	}
 	if _, err := initFromConfig(ctx, root, cfg); err != nil {
 		return err
+	}
+	for _, q := range demoTableGrants {
+		if _, err := root.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("the proxy's account: %w", err)
+		}
 	}
 	reloader, err := policy.NewReloader(cfgFile)
 	if err != nil {
@@ -361,3 +360,34 @@ func lastLine(path string) (string, error) {
 
 func host(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }
 func port(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+
+// demoGrants are what the proxy's own account needs, as the Quick start
+// and docs/configuration-checks.md give them: the schema catalog reads
+// every schema; the lease functions and the audit table write in the
+// protected tables' schema (app), once those tables exist.
+var (
+	demoGrants      = []string{"GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO 'fenceproxy'@'%'"}
+	demoTableGrants = []string{
+		"GRANT SELECT, INSERT, UPDATE ON app.fenced_job_leases TO 'fenceproxy'@'%'",
+		"GRANT SELECT, INSERT, DELETE ON app.fenced_audit TO 'fenceproxy'@'%'",
+	}
+)
+
+// demoProxyAccount creates the proxy's account with a random password,
+// written to pwFile for backend.password_file.
+func demoProxyAccount(ctx context.Context, root *sql.DB, pwFile string) error {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	pw := hex.EncodeToString(b)
+	if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
+		return err
+	}
+	for _, q := range append([]string{"CREATE USER 'fenceproxy'@'%' IDENTIFIED BY '" + pw + "'"}, demoGrants...) {
+		if _, err := root.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("the proxy's account: %w", err)
+		}
+	}
+	return nil
+}

@@ -31,7 +31,7 @@ func TestDoctor(t *testing.T) {
 		}
 	}
 	cfg := filepath.Join(t.TempDir(), "fenceproxy.yaml")
-	if err := os.WriteFile(cfg, []byte("backend:\n  address: "+srv.Addr+"\ntables:\n  - name: "+db+".jobs\n  - name: "+db+".hist\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("backend:\n  address: "+srv.Addr+"\ntables:\n  - name: "+db+".jobs\n  - name: "+db+".hist\ncatalog: {refresh: 0s}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 

@@ -42,7 +42,7 @@ func newServeCommand(_, stderr io.Writer) *cobra.Command {
 		RunE: func(*cobra.Command, []string) error {
 			reloader, err := policy.NewReloader(path)
 			if err != nil {
-				return configError(err)
+				return serveConfigError(path, err)
 			}
 			cfg := reloader.Current()
 			level := new(slog.LevelVar)
@@ -78,35 +78,19 @@ func newCheckConfigCommand(stdout, _ io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check-config FILE",
 		Short: "Validate a config file the way serve would, and exit",
-		Long: "check-config reports every problem serve would stop at, all at once: the file's keys and\n" +
-			"values (with file:line:column), addresses, TLS files, the backend password variable or file,\n" +
-			"the audit file's directory. With --connect it also dials the backend and, when backend.user\n" +
-			"is set, logs in with it. Exit 0 when serve would start, 1 otherwise.",
+		Long: "check-config reports every problem serve would stop at, all at once, each with its\n" +
+			"file:line:column: the file's keys and values, listeners that share an address, addresses,\n" +
+			"TLS files, the backend password variable or file, the audit file's directory. With --connect\n" +
+			"it also dials the backend and, when backend.user is set, logs in with it and checks what serve\n" +
+			"checks at start: every protected table exists (with the closest name for one that does not),\n" +
+			"the lease tables exist, and the account can read the schema catalog.\n" +
+			"Exit 0 when serve would start, 1 otherwise.",
 		Args: exactArgs(1, "one config FILE"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, err := policy.Load(args[0])
-			if err != nil {
-				return configError(err)
-			}
-			errs := proxy.Preflight(cfg)
-			if connect && len(errs) == 0 {
-				errs = append(errs, checkBackend(cfg)...)
-			}
-			if connect && len(errs) == 0 {
-				errs = append(errs, checkGuardConnect(cfg)...)
-			}
-			if len(errs) > 0 {
-				return configError(errors.Join(errs...))
-			}
-			fmt.Fprintf(stdout, "%s: ok (%s, mode %s, on_stale %s)\n",
-				args[0], plural(len(cfg.Tables), "protected table", "protected tables"), cfg.Fencing.Mode, cfg.Fencing.OnStale)
-			if connect {
-				fmt.Fprintf(stdout, "backend %s: reachable\n", cfg.Backend.Address)
-			}
-			return nil
+			return runCheckConfig(stdout, args[0], connect)
 		},
 	}
-	cmd.Flags().BoolVar(&connect, "connect", false, "also dial the backend (and log in as backend.user if set)")
+	cmd.Flags().BoolVar(&connect, "connect", false, "also dial the backend, log in as backend.user and check the protected tables")
 	return cmd
 }
 
@@ -129,49 +113,13 @@ func configError(err error) error {
 	return fail(exitRefused, "%s", b.String())
 }
 
-// checkBackend dials the backend and reads its greeting; with backend.user
-// it also logs in, as /readyz does.
-func checkBackend(cfg *policy.Config) []error {
-	timeout := cfg.Timeouts.Connect.D()
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	conn, err := net.DialTimeout("tcp", cfg.Backend.Address, timeout)
-	if err != nil {
-		return []error{fmt.Errorf("backend %s: %w", cfg.Backend.Address, err)}
-	}
-	conn.SetDeadline(time.Now().Add(timeout))
-	var head [5]byte
-	_, err = io.ReadFull(conn, head[:])
-	conn.Close()
-	switch {
-	case err != nil:
-		return []error{fmt.Errorf("backend %s: no greeting: %w", cfg.Backend.Address, err)}
-	case head[4] == 0xff:
-		return []error{fmt.Errorf("backend %s refused the connection (it answered with an error packet: host blocked, too many connections?)", cfg.Backend.Address)}
-	case head[4] != 10:
-		return []error{fmt.Errorf("backend %s does not speak the MySQL protocol (greeting starts with 0x%02x)", cfg.Backend.Address, head[4])}
-	}
-	db, err := proxy.OpenAdminDB(cfg.Backend)
-	if err != nil || db == nil {
-		if err != nil {
-			return []error{fmt.Errorf("backend.user: %w", err)}
-		}
-		return nil
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		return []error{fmt.Errorf("backend.user %s: login failed: %w", cfg.Backend.User, err)}
-	}
-	return nil
-}
-
 // serve runs the proxy and its admin endpoint until ctx ends (stopSignals
 // then restores the default signal handling), reloading the
 // configuration on SIGHUP.
 func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, logger *slog.Logger, level *slog.LevelVar) error {
+	if err := protectionChecks(ctx, reloader, logger); err != nil {
+		return err
+	}
 	cfg := reloader.Current()
 	logging.Install(logger)
 	applyThreads(cfg, logger)
