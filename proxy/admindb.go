@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,21 @@ func openAdminDB(b policy.Backend, tlsCfg *tls.Config) (*sql.DB, error) {
 	if b.User == "" {
 		return nil, nil
 	}
+	conn, err := adminConnector(b, tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(2)
+	db.SetConnMaxIdleTime(time.Minute)
+	return db, nil
+}
+
+// adminConnector makes sessions of the proxy's own account (backend.user)
+// with the backend hop's TLS configuration: the pool's, and the health
+// check's fresh logins.
+func adminConnector(b policy.Backend, tlsCfg *tls.Config) (driver.Connector, error) {
 	pw, err := b.Password()
 	if err != nil {
 		return nil, err
@@ -51,13 +67,5 @@ func openAdminDB(b policy.Backend, tlsCfg *tls.Config) (*sql.DB, error) {
 		}
 		cfg.TLSConfig = name
 	}
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, err
-	}
-	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(8)
-	db.SetMaxIdleConns(2)
-	db.SetConnMaxIdleTime(time.Minute)
-	return db, nil
+	return mysql.NewConnector(cfg)
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -34,6 +35,13 @@ type Metrics struct {
 	// are missing or outdated (its writes are refused), 0 when current.
 	DatabaseGuardMissing *prometheus.GaugeVec
 	ConnectionPanics     prometheus.Counter
+
+	// The schema catalog's health, read at scrape time from the proxy
+	// that set catalogSource (before that: no catalog).
+	CatalogEnabled     prometheus.GaugeFunc
+	CatalogReadable    prometheus.GaugeFunc
+	CatalogLastSuccess prometheus.GaugeFunc
+	catalog            atomic.Pointer[func() (enabled, readable bool, last time.Time)]
 
 	// per command byte; unknown commands share the "other" children
 	commands      [256]prometheus.Counter
@@ -80,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Draining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_draining", Help: "1 once the proxy is shutting down (SIGTERM): /readyz answers 503 from then on."}),
 		BackendDialFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fenceproxy_backend_dial_failures_total", Help: "Failed attempts to connect to the backend (dial, TLS or handshake)."}),
+			Name: "fenceproxy_backend_dial_failures_total", Help: "Failed attempts to connect to the backend (dial, TLS, handshake or login), by clients and by the active health check."}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_auth_failures_total", Help: "Client logins the backend rejected for their credentials (wrong password, unknown user: error 1045, 1698); logins refused for another reason count in fenceproxy_login_failures_total only."}),
 		LoginFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -96,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fenceproxy_statements_refused_total", Help: "Statements the proxy refused (mode=enforce) or would have refused (mode=shadow) because it cannot fence them, by reason: protected_table (names a protected table: DDL, LOAD DATA, ...), unverifiable (cannot be checked: PREPARE FROM a variable, unreadable text, a malformed lease call)."},
 			[]string{"reason", "mode"}),
 		BackendUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fenceproxy_backend_up", Help: "1 when the last connection to the backend (a client's, or a readiness check) got its greeting, 0 when it (or its TLS handshake) failed."}),
+			Name: "fenceproxy_backend_up", Help: "1 when the last connection to the backend (the active health check every backend.health_interval, a client's, or a readiness check) succeeded, 0 when it failed."}),
 		AuditErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_audit_write_errors_total", Help: "Audit records that could not be written to the audit file or the audit table (fenced_audit)."}),
 		AuditTableWritten: prometheus.NewCounter(prometheus.CounterOpts{
@@ -119,6 +127,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "fenceproxy_database_guard_missing",
 		Help: "With fencing.database_guard: triggers, 1 for a protected table whose guard triggers are missing or outdated (writes to it are refused until fenceproxy init installs them), 0 when they are current."},
 		[]string{"table"})
+	cat := func() (bool, bool, time.Time) {
+		if f := m.catalog.Load(); f != nil {
+			return (*f)()
+		}
+		return false, false, time.Time{}
+	}
+	m.CatalogEnabled = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenceproxy_catalog_enabled", Help: "1 when the proxy keeps a schema catalog (backend.user, catalog.refresh not 0s), 0 when it runs without one."},
+		func() float64 { e, _, _ := cat(); return b2f(e) })
+	m.CatalogReadable = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenceproxy_catalog_readable", Help: "1 when the last catalog refresh read the catalog, 0 when it failed or none has yet (or there is no catalog): writes to objects the last good catalog does not know are refused meanwhile."},
+		func() float64 { _, r, _ := cat(); return b2f(r) })
+	m.CatalogLastSuccess = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenceproxy_catalog_last_refresh_success_timestamp_seconds", Help: "Time of the last catalog refresh that found the catalog current (0: never)."},
+		func() float64 {
+			_, _, last := cat()
+			if last.IsZero() {
+				return 0
+			}
+			return float64(last.UnixNano()) / 1e9
+		})
 	// Histogram children only for the commands apps use all the time;
 	// the rest are counted and timed under "other" to keep /metrics short.
 	other := m.Commands.WithLabelValues("other")
@@ -149,7 +178,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,
 			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining,
-			m.DatabaseGuardMissing, m.ConnectionPanics, m.CertReloadOK, m.CertExpiry)
+			m.DatabaseGuardMissing, m.ConnectionPanics, m.CertReloadOK, m.CertExpiry,
+			m.CatalogEnabled, m.CatalogReadable, m.CatalogLastSuccess)
 	}
 	return m
 }
@@ -189,6 +219,18 @@ func (m *Metrics) setBackendUp(up bool) {
 	} else {
 		m.BackendUp.Set(0)
 	}
+}
+
+// catalogSource makes the catalog metrics read f.
+func (m *Metrics) catalogSource(f func() (enabled, readable bool, last time.Time)) {
+	m.catalog.Store(&f)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (m *Metrics) leaseCalls(fn, result string) prometheus.Counter {

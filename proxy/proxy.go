@@ -54,6 +54,7 @@ type Proxy struct {
 	updateMu sync.Mutex // serialises Update
 
 	catalog  *catalogWatch // nil: no catalog (see catalog.go)
+	health   *healthCheck  // nil: no active backend check (see health.go)
 	catState atomic.Pointer[infoschema.State]
 	guard    dbGuard // guard triggers (dbguard.go); under updateMu
 
@@ -188,6 +189,8 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		defer close(p.logDone)
 		p.logLimit.Run(p.logger, p.stopLog)
 	}()
+	p.metrics.catalogSource(p.catalogHealth)
+	p.startHealth(cfg)
 	return p, nil
 }
 
@@ -381,6 +384,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 	finished := make(chan struct{})
 	go func() { p.wg.Wait(); close(finished) }()
+	p.stopHealth()
 	p.stopCatalog()
 	if p.ownsAdminDB {
 		defer p.adminDB.Close()
@@ -432,7 +436,10 @@ func (p *Proxy) Ready(ctx context.Context) error {
 		err = p.CheckBackend(ctx)
 	}
 	p.metrics.setBackendUp(err == nil)
-	return err
+	if err != nil {
+		return err
+	}
+	return p.catalogReady()
 }
 
 // ErrDraining is what Ready reports once the proxy is shutting down.

@@ -247,7 +247,8 @@ func TestGrafanaDashboard(t *testing.T) {
 		"fenceproxy_connections_active", "fenceproxy_commands_total", "fenceproxy_command_duration_seconds_bucket",
 		"fenceproxy_stale_writes_rejected_total", "fenceproxy_statements_total", "fenceproxy_lease_calls_total",
 		"fenceproxy_bytes_total", "fenceproxy_backend_dial_failures_total", "fenceproxy_audit_write_errors_total",
-		"fenceproxy_config_last_reload_successful",
+		"fenceproxy_config_last_reload_successful", "fenceproxy_backend_up", "fenceproxy_catalog_readable",
+		"fenceproxy_catalog_last_refresh_success_timestamp_seconds",
 	} {
 		if !used[want] {
 			t.Errorf("no panel shows %s", want)
