@@ -37,6 +37,7 @@ func newDoctorCommand(stdout, _ io.Writer) *cobra.Command {
 		config, dsn string
 		asJSON      bool
 		timeout     time.Duration
+		trust       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor --config FILE [--dsn DSN] [--json]",
@@ -44,14 +45,25 @@ func newDoctorCommand(stdout, _ io.Writer) *cobra.Command {
 		Long: "doctor connects to the backend (with --dsn, $" + envDSN + ", or backend.user of the config) and\n" +
 			"reports what the schema catalog fences through what (views, trigger tables, cascading parents,\n" +
 			"MERGE tables), which routines are refused, what cannot be fenced (events, dynamic SQL, bodies the\n" +
-			"account cannot see, tables whose engine writes elsewhere: FEDERATED, CONNECT, SPIDER), accounts whose privileges allow a bypass (TRIGGER, CREATE VIEW, ALTER, CREATE ROUTINE,\n" +
-			"EVENT, SUPER, DML on the lease table), the lease tables' column types and collations, the binlog\n" +
-			"format, sysdate_is_now and time zones with daylight saving time.\n\n" +
+			"account cannot see, tables whose engine writes elsewhere: FEDERATED, CONNECT, SPIDER), the lease\n" +
+			"tables' column types and collations, the binlog format, sysdate_is_now, time zones with daylight\n" +
+			"saving time, and every account that can get around the fence, at any grant level (global,\n" +
+			"schema, table, column) and through roles (expanded to the accounts that hold them): those that\n" +
+			"can write a lease table, and those with TRIGGER, ALTER, CREATE VIEW, CREATE ROUTINE, EVENT or\n" +
+			"DROP on a protected schema, or SUPER. Accounts that cannot log in (locked, no valid password:\n" +
+			"mariadb.sys) are not findings; trusted accounts (doctor.trusted_accounts, --trust) and the\n" +
+			"proxy's own account are listed as information. A grant table the account cannot read is a\n" +
+			"finding that says what was not checked.\n\n" +
 			"Exit codes: 0 nothing found, 1 findings (or a bad config), 2 usage, 3 database error.",
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if config == "" {
 				return usageErr("--config is required")
+			}
+			for _, a := range trust {
+				if _, err := policy.ParseAccount(a); err != nil {
+					return usageErr("--trust %v", err)
+				}
 			}
 			cfg, err := policy.Load(config)
 			if err != nil {
@@ -64,7 +76,8 @@ func newDoctorCommand(stdout, _ io.Writer) *cobra.Command {
 			defer db.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			rep, err := doctor(ctx, db, cfg.Policy(1))
+			rep, err := doctor(ctx, db, cfg.Policy(1), accountInput{
+				trusted: append(append([]string{}, cfg.Doctor.TrustedAccounts...), trust...), proxy: cfg.Backend.User})
 			if err != nil {
 				return fail(exitDB, "%v", err)
 			}
@@ -94,6 +107,7 @@ func newDoctorCommand(stdout, _ io.Writer) *cobra.Command {
 	f.StringVar(&dsn, "dsn", "", "database DSN (default $"+envDSN+", else backend.user of the config)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "bound on the whole inspection")
+	f.StringArrayVar(&trust, "trust", nil, "an account whose privileges are meant (user@host, or a user at any host); repeatable, added to doctor.trusted_accounts")
 	return cmd
 }
 
@@ -129,10 +143,8 @@ func doctorDB(cfg *policy.Config, dsn string, timeout time.Duration) (*sql.DB, e
 	return db, nil
 }
 
-// bypassPrivileges let an account write protected tables unfenced.
-var bypassPrivileges = []string{"TRIGGER", "CREATE VIEW", "ALTER", "CREATE ROUTINE", "EVENT", "SUPER"}
-
-func doctor(ctx context.Context, db *sql.DB, pol *policy.Policy) (*doctorReport, error) {
+func doctor(ctx context.Context, db *sql.DB, pol *policy.Policy, acc accountInput) (*doctorReport, error) {
+	acc.pol = pol
 	rep := &doctorReport{Closure: []string{}, Info: []string{}, Findings: []string{}}
 	find := func(format string, a ...any) { rep.Findings = append(rep.Findings, fmt.Sprintf(format, a...)) }
 	info := func(format string, a ...any) { rep.Info = append(rep.Info, fmt.Sprintf(format, a...)) }
@@ -244,44 +256,8 @@ func doctor(ctx context.Context, db *sql.DB, pol *policy.Policy) (*doctorReport,
 		return nil, err
 	}
 
-	// Accounts that could bypass the fence. Every account other than this
-	// one counts: doctor cannot tell app users from operators.
-	err = each(ctx, db, `SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES
-		WHERE PRIVILEGE_TYPE IN ('TRIGGER', 'CREATE VIEW', 'ALTER', 'CREATE ROUTINE', 'EVENT', 'SUPER')
-		AND GRANTEE <> CONCAT("'", SUBSTRING_INDEX(CURRENT_USER(), '@', 1), "'@'", SUBSTRING_INDEX(CURRENT_USER(), '@', -1), "'")
-		ORDER BY GRANTEE, PRIVILEGE_TYPE`, func(g, p string) {
-		find("privilege: %s has %s on *.*: it can create objects that write protected tables unfenced", g, p)
-	})
-	if err != nil {
+	if err := doctorAccounts(ctx, db, acc, info, find); err != nil {
 		return nil, err
-	}
-	schemas := map[string]bool{}
-	for _, p := range prot {
-		schemas[p.Schema] = true
-	}
-	for s := range schemas {
-		err = each(ctx, db, `SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES
-			WHERE TABLE_SCHEMA = ? AND PRIVILEGE_TYPE IN ('TRIGGER', 'CREATE VIEW', 'ALTER', 'CREATE ROUTINE', 'EVENT')
-			ORDER BY GRANTEE, PRIVILEGE_TYPE`, func(g, p string) {
-			find("privilege: %s has %s on %s.*", g, p, s)
-		}, s)
-		if err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range prot {
-		if !p.LeaseTable {
-			continue
-		}
-		err = each(ctx, db, `SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES
-			WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND PRIVILEGE_TYPE IN ('INSERT', 'UPDATE', 'DELETE')
-			AND GRANTEE <> CONCAT("'", SUBSTRING_INDEX(CURRENT_USER(), '@', 1), "'@'", SUBSTRING_INDEX(CURRENT_USER(), '@', -1), "'")
-			ORDER BY GRANTEE, PRIVILEGE_TYPE`, func(g, priv string) {
-			find("privilege: %s has %s on the lease table %s.%s: it can forge leases", g, priv, p.Schema, p.Table)
-		}, p.Schema, p.Table)
-		if err != nil {
-			return nil, err
-		}
 	}
 	return rep, nil
 }
