@@ -55,7 +55,8 @@ func newOpsDB(t *testing.T, s *dbserver.Server) *opsDB {
 	for _, q := range []string{
 		"GRANT SELECT, INSERT, DELETE ON `" + db + "`.fenced_audit TO '" + user + "'@'%'",
 		"GRANT SELECT, INSERT, UPDATE ON `" + db + "`.fenced_job_leases TO '" + user + "'@'%'",
-		"GRANT SELECT ON `" + db + "`.* TO '" + user + "'@'%'",
+		// The schema catalog's (serve refuses an account that cannot read it).
+		"GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO '" + user + "'@'%'",
 	} {
 		mustExec(t, root, q)
 	}

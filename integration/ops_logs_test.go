@@ -227,6 +227,9 @@ func TestLoginFailuresLoggedAndCounted(t *testing.T) {
 			t.Fatalf("%s to %q: %v, want error %d", tc.user, tc.db, err, tc.code)
 		}
 	}
+	// The proxy counts and logs a refused login after the client has its
+	// ERR: wait for the four before reading the counters.
+	eventually(t, 5*time.Second, "4 login lines", func() bool { return strings.Count(out.String(), `"msg":"login failed"`) == 4 })
 	if got := testutilCounter(t, tp.Reg, "fenceproxy_auth_failures_total"); got != 2 {
 		t.Errorf("auth_failures_total %v, want 2 (the 1045s)", got)
 	}

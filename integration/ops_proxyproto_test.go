@@ -95,7 +95,7 @@ func TestProxyProtocolThroughHAProxy(t *testing.T) {
 	o := newOpsDB(t, s)
 	var logs syncBuffer
 	cfg, err := policy.Parse("test.yaml", []byte("listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: "+s.Addr+"\n"+
-		o.tablesYAML()+"timeouts:\n  handshake: 2s\nproxy_protocol:\n  trusted_cidrs: [127.0.0.1]\n"))
+		o.tablesYAML()+"catalog:\n  refresh: 0s\ntimeouts:\n  handshake: 2s\nproxy_protocol:\n  trusted_cidrs: [127.0.0.1]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
