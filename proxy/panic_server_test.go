@@ -65,7 +65,7 @@ func newPanicEnv(t *testing.T) *panicEnv {
 		t.Fatal(err)
 	}
 	cfg, err := policy.Parse("panic.yaml", []byte("listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: "+srv.Addr+
-		"\ntables:\n  - name: "+db+".runs\n    lease: admin:runs\n"))
+		"\ntables:\n  - name: "+db+".runs\n    lease: admin:runs\ncatalog:\n  refresh: 0s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
