@@ -179,6 +179,13 @@ func protectionChecks(ctx context.Context, reloader *policy.Reloader, logger *sl
 				logger.Warn("protected table: " + n)
 			}
 			if len(rep.Errors) > 0 {
+				// serve would stop at the guard triggers next (proxy.New):
+				// say all of it at once.
+				if cfg.Fencing.DatabaseGuard == policy.GuardTriggers {
+					if err := proxy.CheckDatabaseGuard(cfg, db); err != nil {
+						rep.Errors = append(rep.Errors, err)
+					}
+				}
 				return configError(errors.Join(rep.Errors...))
 			}
 			logger.Info("protected tables checked", "tables", len(cfg.Tables))

@@ -27,11 +27,17 @@ func TestCheckConfigReportsEverythingAtOnce(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	t.Setenv("FP_TEST_UNSET_PASSWORD", "")
 	os.Unsetenv("FP_TEST_UNSET_PASSWORD")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
 	path := writeConfig(t, `listen: 127.0.0.1:7033
 admin: 127.0.0.1:7033
 bogus_key: 1
 backend:
-  address: 127.0.0.1:3306
+  address: `+closed+`
   user: fenceproxy
   password_env: FP_TEST_UNSET_PASSWORD
   tls: verify-ca
@@ -69,9 +75,16 @@ timeouts:
 		`:24:13: admin_tls.key_file: ` + missing + `/admin-key.pem: no such file or directory`,
 		`:26:9: timeouts.idle: 5 is not a duration`,
 	}
+	dial := `:5:12: backend.address: ` + closed + `: dial tcp ` + closed + `: connect: connection refused`
 	for _, cmd := range [][]string{{"check-config", path}, {"check-config", "--connect", path}, {"serve", "--config", path}} {
 		r := cli(t, cmd...)
 		wantCode(t, r, exitRefused, strings.Join(cmd, " "))
+		want := want
+		if cmd[1] == "--connect" { // and only then: the backend is dialled
+			want = append(want[:2:2], append([]string{dial}, want[2:]...)...)
+		} else if strings.Contains(r.stderr, "dial tcp") {
+			t.Errorf("%s dialled the backend:\n%s", cmd, r.stderr)
+		}
 		if !strings.Contains(r.stderr, fmt.Sprintf("%d problems:", len(want))) {
 			t.Errorf("%s: stderr does not count %d problems:\n%s", cmd, len(want), r.stderr)
 		}
