@@ -158,7 +158,13 @@ func newCheckEnv(t *testing.T, grants ...string) *checkEnv {
 func (e *checkEnv) config(t *testing.T, tables string) string {
 	t.Helper()
 	return writeConfig(t, "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: "+e.srv.Addr+"\n  user: "+e.user+
-		"\n  password_file: "+e.pwFile+"\n"+strings.ReplaceAll(tables, "DB", e.db))
+		"\n  password_file: "+e.pwFile+"\n"+e.subst(tables))
+}
+
+// subst fills in the placeholders DB (the database) and UPPER (its name
+// in capitals), in that order: a name in capitals may contain "DB".
+func (e *checkEnv) subst(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "DB", e.db), "UPPER", strings.ToUpper(e.db))
 }
 
 // TestCheckConfigConnectFindsUnprotectedTables: the operator's mistakes
@@ -198,8 +204,7 @@ func TestCheckConfigConnectFindsUnprotectedTables(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tables := strings.ReplaceAll(tt.tables, "UPPER", strings.ToUpper(e.db))
-			path := e.config(t, tables)
+			path := e.config(t, tt.tables)
 			r := cli(t, "check-config", "--connect", path)
 			if tt.want == nil {
 				wantCode(t, r, exitOK, "check-config --connect")
@@ -207,7 +212,7 @@ func TestCheckConfigConnectFindsUnprotectedTables(t *testing.T) {
 				wantCode(t, r, exitRefused, "check-config --connect")
 			}
 			for _, w := range tt.want {
-				w = strings.ReplaceAll(strings.ReplaceAll(w, "UPPER", strings.ToUpper(e.db)), "DB", e.db)
+				w = e.subst(w)
 				if strings.HasPrefix(w, ":") {
 					w = path + w
 				}
