@@ -132,7 +132,7 @@ var statementKinds = []stmtKind{
 	{lead: "lock", handles: kindTrack, what: "LOCK TABLES", example: "LOCK TABLES staging READ"},
 	{lead: "unlock", handles: kindTrack, what: "UNLOCK TABLES", example: "UNLOCK TABLES"},
 	{lead: "flush", handles: kindTrack, what: "FLUSH", example: "FLUSH STATUS"},
-	{lead: "begin", handles: kindTrack, what: "BEGIN [WORK]; BEGIN NOT ATOMIC ... END (a compound statement)", example: "BEGIN"},
+	{lead: "begin", handles: kindTrack, what: "BEGIN [WORK]; TiDB's BEGIN OPTIMISTIC / PESSIMISTIC; BEGIN NOT ATOMIC ... END (a compound statement)", example: "BEGIN"},
 	{lead: "start", handles: kindTrack, what: "START TRANSACTION",
 		sub: []stmtKind{
 			{lead: "slave", handles: kindRefuse, what: "START SLAVE (applies another server's writes)"},

@@ -35,8 +35,14 @@ func (in *stmtIn) isCompound() bool {
 	}
 	switch {
 	case in.kw(0, "begin"):
-		// BEGIN and BEGIN WORK start a transaction.
-		return !(len(in.toks) == 1 || len(in.toks) == 2 && in.kw(1, "work"))
+		// BEGIN and BEGIN WORK start a transaction; so do TiDB's BEGIN
+		// OPTIMISTIC and BEGIN PESSIMISTIC (on MariaDB and MySQL they are
+		// syntax errors, which the compound reading refuses).
+		if len(in.toks) == 1 || len(in.toks) == 2 && in.kw(1, "work") {
+			return false
+		}
+		tidbMode := len(in.toks) == 2 && (in.kw(1, "optimistic") || in.kw(1, "pessimistic"))
+		return !(tidbMode && in.st.mode.server.Flavor == TiDB)
 	case in.kw(0, "declare"), in.kw(0, "if"), in.kw(0, "while"), in.kw(0, "loop"),
 		in.kw(0, "repeat"), in.kw(0, "for"), in.kw(0, "case"), in.op(0, "<<"):
 		return true
