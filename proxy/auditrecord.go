@@ -57,7 +57,7 @@ func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) {
 	rec.Schema = c.sess.Schema
 	c.auditOrigin(&rec)
 	if err := c.p.audit.Write(rec); err != nil {
-		c.p.metrics.AuditErrors.Inc()
+		c.p.metrics.auditFileErrors.Inc()
 		c.log().Error("audit write failed", "err", err)
 	}
 	// The log gets a few lines per reason and table and then a count

@@ -52,7 +52,7 @@ func (p *Proxy) startAuditTable(cfg *policy.Config) {
 		Schemas:   p.auditSchemas,
 		Retention: func() time.Duration { return p.rt.Load().cfg.Audit.Retention.D() },
 		Written:   func(n int) { m.AuditTableWritten.Add(float64(n)) },
-		Failed:    func(n int) { m.AuditErrors.Add(float64(n)) },
+		Failed:    func(n int) { m.auditTableErrors.Add(float64(n)) },
 		Dropped:   func(n int) { m.AuditTableDropped.Add(float64(n)) },
 		OnError: func(what string, err error) {
 			if n, ok := errLog.allow(time.Minute); ok {

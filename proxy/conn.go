@@ -29,7 +29,12 @@ type clientConn struct {
 
 	connectedAt time.Time
 	acquired    lease.Lease // from the last fence_acquire, for /connections (Owner unused)
-	pub         connState   // under mu
+	// acquiredUntil: when acquired expires by its last fence_acquire or
+	// fence_renew here, by the proxy's clock (the call's start + its TTL),
+	// for the lease gauges (opsmetrics.go).
+	acquiredUntil time.Time
+	acquiredTTL   time.Duration
+	pub           connState // under mu
 
 	backend *packetConn
 	// quitSent: the client's COM_QUIT went to the backend, which closes
@@ -174,6 +179,7 @@ func (c *clientConn) serve(rt *runtime) {
 			c.logEnd(err, "idle")
 			return
 		}
+		c.holdCommand() // POST /pause with hold: at a transaction boundary
 		// The configuration may have changed while we waited: the command
 		// runs under the one in force now.
 		rt = c.p.rt.Load()

@@ -29,7 +29,8 @@ type ConnInfo struct {
 	// fence variables a session sets itself.
 	Lease      string `json:"lease,omitempty"`
 	LeaseToken uint64 `json:"lease_token,omitempty"`
-	// State is handshake, idle or command; Command names the command in
+	// State is handshake, idle, command or held (a pause holds its
+	// command); Command names the command in
 	// flight (or the last one, when idle); Seconds is how long the
 	// connection has been in its state.
 	State   string  `json:"state"`
@@ -42,12 +43,15 @@ type ConnInfo struct {
 type connState struct {
 	ready         bool // handshake done
 	busy          bool
+	held          bool // a command waits for the end of a pause
 	since         time.Time
 	cmd           string
 	user, schema  string
 	inTx          bool
 	lease         string
 	leaseToken    uint64
+	leaseUntil    time.Time
+	leaseTTL      time.Duration
 	backendConnID uint32
 	backend       net.Conn
 	program       string
@@ -58,6 +62,13 @@ func (c *clientConn) noteCommand(cmd byte) {
 	now := time.Now()
 	c.mu.Lock()
 	c.pub.busy, c.pub.cmd, c.pub.since = true, commandName(cmd), now
+	c.mu.Unlock()
+}
+
+// noteHeld marks a command held by a pause (or no longer).
+func (c *clientConn) noteHeld(held bool) {
+	c.mu.Lock()
+	c.pub.held = held
 	c.mu.Unlock()
 }
 
@@ -78,6 +89,7 @@ func (c *clientConn) publish() {
 	c.pub.busy, c.pub.since = false, now
 	c.pub.user, c.pub.schema, c.pub.inTx = c.user, c.sess.Schema, c.inTransaction()
 	c.pub.lease, c.pub.leaseToken = c.acquired.Name, c.acquired.Token
+	c.pub.leaseUntil, c.pub.leaseTTL = c.acquiredUntil, c.acquiredTTL
 }
 
 func (c *clientConn) info(now time.Time) ConnInfo {
@@ -93,7 +105,10 @@ func (c *clientConn) info(now time.Time) ConnInfo {
 	ci.Lease, ci.LeaseToken = c.pub.lease, c.pub.leaseToken
 	ci.Command, ci.Seconds = c.pub.cmd, logging.Seconds(now.Sub(c.pub.since))
 	ci.State = "idle"
-	if c.pub.busy {
+	switch {
+	case c.pub.held:
+		ci.State = "held"
+	case c.pub.busy:
 		ci.State = "command"
 	}
 	return ci

@@ -200,6 +200,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		if err != nil {
 			return callErr("%v", err)
 		}
+		sent := time.Now()
 		l, err := lease.AcquireOn(ctx, conn, table, args[0].s, ttl)
 		switch {
 		case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrLost):
@@ -215,6 +216,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 				return c.leaseError(name, err)
 			}
 			c.acquired = lease.Lease{Name: l.Name, Token: l.Token}
+			c.acquiredUntil, c.acquiredTTL = sent.Add(ttl), ttl
 			row = []value{{s: strconv.FormatUint(l.Token, 10)}}
 		}
 	case rewrite.FenceRenew, rewrite.FenceRelease:
@@ -232,7 +234,11 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 				if perr != nil {
 					return callErr("%v", perr)
 				}
+				sent := time.Now()
 				_, err = lease.RenewOn(ctx, conn, table, l, ttl)
+				if err == nil && l.Name == c.acquired.Name && l.Token == c.acquired.Token {
+					c.acquiredUntil, c.acquiredTTL = sent.Add(ttl), ttl // the lease gauges
+				}
 			} else {
 				err = lease.ReleaseOn(ctx, conn, table, l)
 				if err == nil || errors.Is(err, lease.ErrLost) {

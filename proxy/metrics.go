@@ -11,6 +11,8 @@ import (
 // Metrics are the proxy's Prometheus collectors. Per-command children are
 // resolved once, so the hot path only adds to atomics.
 type Metrics struct {
+	opsMetrics // gauges of the proxy's state (opsmetrics.go)
+
 	ConnectionsActive   prometheus.Gauge
 	ConnectionsTotal    prometheus.Counter
 	ConnectionsRejected *prometheus.CounterVec
@@ -24,7 +26,7 @@ type Metrics struct {
 	StaleRejected       *prometheus.CounterVec
 	StatementsRefused   *prometheus.CounterVec
 	BackendUp           prometheus.Gauge
-	AuditErrors         prometheus.Counter
+	AuditErrors         *prometheus.CounterVec
 	AuditTableWritten   prometheus.Counter
 	AuditTableDropped   prometheus.Counter
 	LeaseCalls          *prometheus.CounterVec
@@ -44,15 +46,16 @@ type Metrics struct {
 	catalog            atomic.Pointer[func() (enabled, readable bool, last time.Time)]
 
 	// per command byte; unknown commands share the "other" children
-	commands      [256]prometheus.Counter
-	durations     [256]prometheus.Observer
-	bytesToServer prometheus.Counter
-	bytesToClient prometheus.Counter
-	stmtForwarded prometheus.Counter
-	stmtFenced    prometheus.Counter
-	stmtRefused   prometheus.Counter
-	stmtAnswered  prometheus.Counter
-	loginFailures []prometheus.Counter // by LoginFailureReasons
+	commands                          [256]prometheus.Counter
+	durations                         [256]prometheus.Observer
+	bytesToServer                     prometheus.Counter
+	bytesToClient                     prometheus.Counter
+	stmtForwarded                     prometheus.Counter
+	stmtFenced                        prometheus.Counter
+	stmtRefused                       prometheus.Counter
+	stmtAnswered                      prometheus.Counter
+	loginFailures                     []prometheus.Counter // by LoginFailureReasons
+	auditFileErrors, auditTableErrors prometheus.Counter
 	// connectionsRejected by rejectReasons
 	connectionsRejected [len(rejectReasons)]prometheus.Counter
 }
@@ -105,8 +108,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"reason", "mode"}),
 		BackendUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_backend_up", Help: "1 when the last connection to the backend (the active health check every backend.health_interval, a client's, or a readiness check) succeeded, 0 when it failed."}),
-		AuditErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fenceproxy_audit_write_errors_total", Help: "Audit records that could not be written to the audit file or the audit table (fenced_audit)."}),
+		AuditErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_audit_write_errors_total", Help: "Audit records that could not be written, by destination: file (audit.file: the disk, permissions), table (fenced_audit: the INSERT failed; the file has them)."},
+			[]string{"destination"}),
 		AuditTableWritten: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_audit_table_written_total", Help: "Audit records written to the audit table (fenced_audit)."}),
 		AuditTableDropped: prometheus.NewCounter(prometheus.CounterOpts{
@@ -168,12 +172,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.stmtFenced = m.Statements.WithLabelValues("fenced")
 	m.stmtRefused = m.Statements.WithLabelValues("refused")
 	m.stmtAnswered = m.Statements.WithLabelValues("answered")
+	m.auditFileErrors = m.AuditErrors.WithLabelValues("file")
+	m.auditTableErrors = m.AuditErrors.WithLabelValues("table")
 	for i, r := range rejectReasons {
 		m.connectionsRejected[i] = m.ConnectionsRejected.WithLabelValues(r)
 	}
 	for _, r := range LoginFailureReasons {
 		m.loginFailures = append(m.loginFailures, m.LoginFailures.WithLabelValues(r))
 	}
+	m.opsMetrics = newOpsMetrics(reg)
+	m.initLeaseCalls()
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,

@@ -70,6 +70,8 @@ type Proxy struct {
 	// (no such variable); sendEngineProbe asks with SHOW VARIABLES from then on.
 	noWsrepVar atomic.Bool
 
+	pause pauseGate // POST /pause (pause.go)
+
 	rsaOnce sync.Once
 	rsaKey  *rsa.PrivateKey
 	rsaErr  error
@@ -185,6 +187,7 @@ func New(cfg *policy.Config, pol *policy.Policy, opts Options) (*Proxy, error) {
 		p.startCatalog(r)
 	}
 	p.startAuditTable(cfg)
+	p.metrics.state.p.Store(p)
 	go func() {
 		defer close(p.logDone)
 		p.logLimit.Run(p.logger, p.stopLog)
@@ -224,6 +227,7 @@ func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 		}
 	}
 	p.rt.Store(rt)
+	p.metrics.initSeries(p, pol)
 }
 
 // fencingFingerprint is what a prepared statement's fencing depends on.
@@ -275,6 +279,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
+		p.awaitAccepting()
 		p.startConn(nc)
 	}
 }

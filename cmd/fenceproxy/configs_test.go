@@ -249,6 +249,8 @@ func TestGrafanaDashboard(t *testing.T) {
 		"fenceproxy_bytes_total", "fenceproxy_backend_dial_failures_total", "fenceproxy_audit_write_errors_total",
 		"fenceproxy_config_last_reload_successful", "fenceproxy_backend_up", "fenceproxy_catalog_readable",
 		"fenceproxy_catalog_last_refresh_success_timestamp_seconds",
+		"fenceproxy_leases_held", "fenceproxy_lease_expiry_seconds", "fenceproxy_audit_table_queue_length",
+		"fenceproxy_login_failures_total", "fenceproxy_paused", "fenceproxy_certificate_expiry_timestamp_seconds",
 	} {
 		if !used[want] {
 			t.Errorf("no panel shows %s", want)

@@ -121,6 +121,7 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		return err
 	}
 	cfg := reloader.Current()
+	started, startedAt := cfg, time.Now() // what restart-only keys keep (GET /config)
 	logging.Install(logger)
 	applyThreads(cfg, logger)
 	reg := prometheus.NewRegistry()
@@ -170,7 +171,12 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 		tlsCfg := adminTLS.Config()
 		adminSrv = &http.Server{
 			Handler: &admin.Handler{Gatherer: reg, Audit: auditLog, Ready: p.Ready, Draining: p.Draining, Sessions: p,
-				Token: token, ProtectProbes: cfg.AdminAuth.ProtectProbes},
+				Token: token, ProtectProbes: cfg.AdminAuth.ProtectProbes, Control: p,
+				Config: func() admin.ConfigState {
+					return admin.ConfigState{Started: started, Current: reloader.Current(),
+						PolicyVersion: reloader.Policy().Version, LastReloadError: reloader.LastError()}
+				},
+				Version: version, Instance: p.Instance(), Started: startedAt},
 			ReadHeaderTimeout: 5 * time.Second,
 			TLSConfig:         tlsCfg,
 			ErrorLog:          logging.HTTPErrorLog(logger, "admin_http"),
@@ -228,8 +234,11 @@ func serve(ctx context.Context, stopSignals func(), reloader *policy.Reloader, l
 			}
 			logger.Info("config reloaded", "policy_version", reloader.Policy().Version, "protected_tables", len(cfg.Tables))
 			notify("READY=1", fmt.Sprintf("STATUS=config reloaded (policy version %d)", reloader.Policy().Version))
-			if len(restart) > 0 {
-				logger.Warn("changed settings take effect only after a restart", "keys", strings.Join(restart, ","))
+			// Every reload says what still waits for a restart, not only
+			// the one that changed it.
+			if pending := policy.RestartKeys(started, cfg); len(pending) > 0 {
+				logger.Warn("changed settings take effect only after a restart", "keys", strings.Join(pending, ","),
+					"changed_by_this_reload", strings.Join(restart, ","))
 			}
 		}
 	}()

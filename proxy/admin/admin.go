@@ -1,7 +1,8 @@
 // Package admin is fenceproxy's HTTP endpoint for operators: Prometheus
 // metrics, liveness, readiness (backend reachable), the latest audit
-// records, the client connections (list, close) and the leases; with a
-// bearer token for what is not a probe.
+// records, the client connections (list, close), the leases, the running
+// configuration, the proxy's status and its pause; with a bearer token for
+// what is not a probe.
 package admin
 
 import (
@@ -10,6 +11,8 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,8 +33,16 @@ type Sessions interface {
 	Leases(ctx context.Context) ([]proxy.LeaseInfo, error)
 }
 
-// Handler serves /metrics, /healthz, /readyz, /audit, /connections and
-// /leases.
+// Control pauses and resumes the proxy (*proxy.Proxy).
+type Control interface {
+	Pause(proxy.PauseOptions) proxy.PauseState
+	Resume() proxy.PauseState
+	PauseState() proxy.PauseState
+	Paused() bool
+}
+
+// Handler serves /metrics, /healthz, /readyz, /audit, /connections,
+// /leases, /config, /status, /pause and /resume.
 type Handler struct {
 	Gatherer prometheus.Gatherer
 	Audit    *audit.Log
@@ -48,6 +59,16 @@ type Handler struct {
 	// Draining, when it reports true, makes /readyz answer 503 at once,
 	// without waiting for the next Ready check.
 	Draining func() bool
+	// Control answers POST /pause and /resume (and makes /readyz answer
+	// 503 while paused); nil: they answer 404.
+	Control Control
+	// Config is the configuration in effect, for GET /config and
+	// /status; nil: /config answers 404.
+	Config func() ConfigState
+	// Version and Instance are what GET /status names the proxy by.
+	Version, Instance string
+	// Started is when the proxy started, for /status.
+	Started time.Time
 
 	once sync.Once
 	mux  *http.ServeMux
@@ -72,6 +93,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})))
 		h.mux.Handle("GET /readyz", probe(http.HandlerFunc(h.readyz)))
 		h.mux.Handle("GET /audit", h.auth(http.HandlerFunc(h.audit)))
+		h.mux.Handle("GET /status", h.auth(http.HandlerFunc(h.status)))
+		if h.Config != nil {
+			h.mux.Handle("GET /config", h.auth(http.HandlerFunc(h.config)))
+		}
+		if h.Control != nil {
+			h.mux.Handle("POST /pause", h.auth(http.HandlerFunc(h.pause)))
+			h.mux.Handle("POST /resume", h.auth(http.HandlerFunc(h.resume)))
+		}
 		if h.Sessions != nil {
 			h.mux.Handle("GET /connections", h.auth(http.HandlerFunc(h.connections)))
 			h.mux.Handle("DELETE /connections/{id}", h.auth(http.HandlerFunc(h.closeConnection)))
@@ -89,7 +118,7 @@ func (h *Handler) auth(next http.Handler) http.Handler {
 	}
 	want := sha256.Sum256([]byte(h.Token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearer(r.Header.Get("Authorization"))
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy"`)
@@ -146,6 +175,10 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: draining (shutting down)", http.StatusServiceUnavailable)
 		return
 	}
+	if h.Control != nil && h.Control.Paused() {
+		http.Error(w, "not ready: paused (POST /resume ends it)", http.StatusServiceUnavailable)
+		return
+	}
 	h.mu.Lock()
 	if time.Since(h.checkedAt) >= time.Second {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -169,6 +202,9 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 // 100).
 func (h *Handler) audit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if !knownParams(w, q, "n", "since", "until", "lease", "table", "reason") {
+		return
+	}
 	n := 100
 	if s := q.Get("n"); s != "" {
 		v, err := strconv.Atoi(s)
@@ -211,4 +247,31 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request) {
 	for _, rec := range out {
 		enc.Encode(rec)
 	}
+}
+
+// bearer reads the token of an "Authorization: Bearer TOKEN" header; the
+// scheme's name is case-insensitive (RFC 7235), the token is not.
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
+}
+
+// knownParams answers 400 naming the first query parameter not in known
+// (a misspelt filter would otherwise be ignored and match everything).
+func knownParams(w http.ResponseWriter, q url.Values, known ...string) bool {
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			http.Error(w, "unknown parameter "+strconv.Quote(k)+" (known: "+strings.Join(known, ", ")+")", http.StatusBadRequest)
+			return false
+		}
+	}
+	return true
 }

@@ -102,6 +102,12 @@ func StartTable(o TableOptions) *Table {
 	return t
 }
 
+// QueueLen is the number of records waiting for the table.
+func (t *Table) QueueLen() int { return len(t.queue) }
+
+// QueueCap is the most records that can wait.
+func (t *Table) QueueCap() int { return cap(t.queue) }
+
 // Enqueue queues r for the table, or drops it (counted) when the queue is
 // full.
 func (t *Table) Enqueue(r Record) {
