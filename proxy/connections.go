@@ -72,6 +72,15 @@ func (c *clientConn) noteHeld(held bool) {
 	c.mu.Unlock()
 }
 
+// publishLease copies the session's lease for the admin endpoint and
+// the lease gauges.
+func (c *clientConn) publishLease() {
+	c.mu.Lock()
+	c.pub.lease, c.pub.leaseToken = c.acquired.Name, c.acquired.Token
+	c.pub.leaseUntil, c.pub.leaseTTL = c.acquiredUntil, c.acquiredTTL
+	c.mu.Unlock()
+}
+
 // publish copies the session's state for the admin endpoint, between
 // commands.
 func (c *clientConn) publish() {

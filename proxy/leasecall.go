@@ -276,6 +276,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 	}
 	commit()
 	c.p.metrics.leaseCalls(name, result).Inc()
+	c.publishLease() // before the client hears of it: /connections and the lease gauges agree with it
 	return c.writeResultSet(leaseColumns(call), [][]value{row}, binaryRows)
 }
 
