@@ -179,6 +179,46 @@ func TestProxyProtocolThroughHAProxy(t *testing.T) {
 			}
 		}
 	})
+	// A client behind a trusted balancer cannot add a header of its own:
+	// in the same read as the balancer's it is data before the greeting,
+	// after it a stray header at the handshake; refused either way.
+	t.Run("a second header behind the trusted one", func(t *testing.T) {
+		for _, split := range []bool{false, true} {
+			before := rejected()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}, Timeout: 5 * time.Second}
+			c, err := d.Dial("tcp", tp.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, second := "PROXY TCP4 192.0.2.10 127.0.0.1 5555 6033\r\n", "PROXY TCP4 6.6.6.6 127.0.0.1 1234 6033\r\n"
+			if split {
+				c.Write([]byte(first))
+				// The proxy reads the first header and sends its greeting
+				// before the second arrives.
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Read(make([]byte, 4)); err != nil {
+					t.Fatalf("no greeting after a valid header: %v", err)
+				}
+				c.Write([]byte(second))
+			} else {
+				c.Write([]byte(first + second))
+			}
+			c.SetReadDeadline(time.Now().Add(15 * time.Second))
+			b, _ := io.ReadAll(c)
+			c.Close()
+			if !strings.Contains(string(b), "PROXY protocol header") {
+				t.Errorf("split %v: got %q", split, b)
+			}
+			if rejected() != before+1 {
+				t.Errorf("split %v: not counted", split)
+			}
+			for _, ci := range tp.Proxy.Connections() {
+				if strings.HasPrefix(ci.Client, "6.6.6.6") {
+					t.Errorf("a client's own header named it: %+v", ci)
+				}
+			}
+		}
+	})
 	t.Run("untrusted with a header", func(t *testing.T) {
 		before := rejected()
 		got := rawExchange(t, "127.0.0.3", tp.Addr, "PROXY TCP4 6.6.6.6 127.0.0.1 1234 6033\r\n")
