@@ -179,6 +179,11 @@ func doctorAccounts(ctx context.Context, db *sql.DB, in accountInput, info, find
 		}
 	}
 
+	// The grant tables themselves, read as well: TiDB leaves
+	// information_schema's SCHEMA_PRIVILEGES and TABLE_PRIVILEGES empty
+	// (measured), and a privilege seen twice is reported once.
+	grants = append(grants, grantTables(ctx, db, leaseTables, schemas)...)
+
 	// Roles: each grant of a role goes to every account that holds it.
 	byGrantee := map[string]*accountInfo{}
 	for i := range accounts {
@@ -296,6 +301,122 @@ func doctorAccounts(ctx context.Context, db *sql.DB, in accountInput, info, find
 	return nil
 }
 
+// privColumns are the mysql.user and mysql.db columns of the privileges
+// doctor looks for.
+var privColumns = map[string]string{
+	"INSERT": "Insert_priv", "UPDATE": "Update_priv", "DELETE": "Delete_priv", "DROP": "Drop_priv",
+	"ALTER": "Alter_priv", "CREATE VIEW": "Create_view_priv", "CREATE ROUTINE": "Create_routine_priv",
+	"EVENT": "Event_priv", "TRIGGER": "Trigger_priv", "SUPER": "Super_priv",
+}
+
+// grantTables reads the privileges doctor looks for from mysql.user,
+// mysql.db, mysql.tables_priv and mysql.columns_priv (the same columns on
+// MariaDB, MySQL and TiDB). A table that cannot be read gives nothing
+// (doctorAccounts says so).
+func grantTables(ctx context.Context, db *sql.DB, leaseTables [][2]string, schemas map[string]bool) []privGrant {
+	var out []privGrant
+	yes := func(v sql.NullString) bool { return strings.EqualFold(v.String, "Y") }
+	level := func(q string, privs []string, args []any, f func(g string, p string, extra string)) {
+		cols := make([]string, len(privs))
+		for i, p := range privs {
+			cols[i] = privColumns[p]
+		}
+		rows, err := db.QueryContext(ctx, strings.ReplaceAll(q, "COLS", strings.Join(cols, ", ")), args...)
+		if err != nil {
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var user, host, extra string
+			vals := make([]sql.NullString, len(privs))
+			dest := []any{&user, &host, &extra}
+			for i := range vals {
+				dest = append(dest, &vals[i])
+			}
+			if rows.Scan(dest...) != nil {
+				return
+			}
+			for i, p := range privs {
+				if yes(vals[i]) {
+					f(quoteAccount(user, host), p, extra)
+				}
+			}
+		}
+	}
+	globalPrivs := append(append(append([]string{}, leaseWritePrivs...), objectPrivs...), globalOnlyObjectPriv...)
+	level("SELECT User, Host, '', COLS FROM mysql.user", globalPrivs, nil, func(g, p, _ string) {
+		if contains(leaseWritePrivs, p) {
+			for _, lt := range leaseTables {
+				out = append(out, privGrant{grantee: g, priv: p, on: "*.*", kind: "lease", target: lt[0] + "." + lt[1]})
+			}
+		}
+		if contains(objectPrivs, p) || contains(globalOnlyObjectPriv, p) {
+			out = append(out, privGrant{grantee: g, priv: p, on: "*.*", kind: "objects", target: "every schema"})
+		}
+	})
+	for _, lt := range leaseTables {
+		name := lt[0] + "." + lt[1]
+		level("SELECT User, Host, Db, COLS FROM mysql.db WHERE ? LIKE Db", leaseWritePrivs, []any{lt[0]}, func(g, p, pat string) {
+			out = append(out, privGrant{grantee: g, priv: p, on: pat + ".*", kind: "lease", target: name})
+		})
+	}
+	for s := range schemas {
+		level("SELECT User, Host, Db, COLS FROM mysql.db WHERE ? LIKE Db", objectPrivs, []any{s}, func(g, p, pat string) {
+			out = append(out, privGrant{grantee: g, priv: p, on: pat + ".*", kind: "objects", target: s})
+		})
+	}
+	// Table and column privileges are SETs ('Select,Insert,Update,...').
+	set := func(q string, args []any, f func(g, name, privs string)) {
+		rows, err := db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var user, host, name, privs string
+			if rows.Scan(&user, &host, &name, &privs) != nil {
+				return
+			}
+			f(quoteAccount(user, host), name, privs)
+		}
+	}
+	has := func(privs, p string) bool {
+		for _, x := range strings.Split(privs, ",") {
+			if strings.EqualFold(strings.TrimSpace(x), p) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, lt := range leaseTables {
+		name := lt[0] + "." + lt[1]
+		set("SELECT User, Host, Table_name, Table_priv FROM mysql.tables_priv WHERE Db = ? AND Table_name = ?", []any{lt[0], lt[1]}, func(g, _, privs string) {
+			for _, p := range append(append([]string{}, leaseWritePrivs...), leaseTableOnlyPrivs...) {
+				if has(privs, p) {
+					out = append(out, privGrant{grantee: g, priv: p, on: name, kind: "lease", target: name})
+				}
+			}
+		})
+		set("SELECT User, Host, Column_name, Column_priv FROM mysql.columns_priv WHERE Db = ? AND Table_name = ?", []any{lt[0], lt[1]}, func(g, col, privs string) {
+			for _, p := range []string{"INSERT", "UPDATE"} {
+				if has(privs, p) {
+					out = append(out, privGrant{grantee: g, priv: p, on: name + " (column " + col + ")", kind: "lease", target: name})
+				}
+			}
+		})
+	}
+	for s := range schemas {
+		set("SELECT User, Host, Table_name, Table_priv FROM mysql.tables_priv WHERE Db = ?", []any{s}, func(g, table, privs string) {
+			for _, p := range objectTablePrivs {
+				if has(privs, p) {
+					out = append(out, privGrant{grantee: g, priv: p, on: s + "." + table, kind: "objects", target: s})
+				}
+			}
+		})
+	}
+	return out
+}
+
 // trustedBy says why grantee is trusted ("" = it is not): it is listed in
 // doctor.trusted_accounts or --trust (user@host, or a bare user at any
 // host), or it is the proxy's own account.
@@ -370,7 +491,8 @@ func readAccounts(ctx context.Context, db *sql.DB) (accounts []accountInfo, role
 	}); err == nil {
 		return accounts, true, nil
 	}
-	// MySQL 8, TiDB: FROM_USER@FROM_HOST granted to TO_USER@TO_HOST; roles are accounts.
+	// MySQL 8, TiDB: FROM_USER@FROM_HOST granted to TO_USER@TO_HOST; roles are
+	// accounts; default roles in mysql.default_roles.
 	if err := each4(ctx, db, "SELECT FROM_USER, FROM_HOST, TO_USER, TO_HOST FROM mysql.role_edges", func(fu, fh, tu, th string) {
 		if a := byKey[[2]string{tu, th}]; a != nil {
 			a.roles = append(a.roles, quoteAccount(fu, fh))
@@ -379,6 +501,11 @@ func readAccounts(ctx context.Context, db *sql.DB) (accounts []accountInfo, role
 			role.role = true
 		}
 	}); err == nil {
+		each4(ctx, db, "SELECT USER, HOST, DEFAULT_ROLE_USER, DEFAULT_ROLE_HOST FROM mysql.default_roles", func(u, h, ru, _ string) {
+			if a := byKey[[2]string{u, h}]; a != nil {
+				a.defaultRole = ru
+			}
+		})
 		return accounts, true, nil
 	}
 	return accounts, false, nil

@@ -215,3 +215,52 @@ func TestDoctorAccounts(t *testing.T) {
 }
 
 var _ = sql.ErrNoRows
+
+// TestDoctorAccountsOnTiDB: TiDB leaves information_schema's
+// SCHEMA_PRIVILEGES and TABLE_PRIVILEGES empty; doctor reads the grant
+// tables too, and finds a schema grant, a table grant through a default
+// role and a column grant.
+func TestDoctorAccountsOnTiDB(t *testing.T) {
+	srv := dbtest.SharedTiDB(t)
+	db := dbtest.NewDatabase(t, srv)
+	root := dbtest.Open(t, srv.RootDSN(db))
+	suffix := db[len(db)-6:]
+	s, role, dr, c := "tds_"+suffix, "tdrole_"+suffix, "tdr_"+suffix, "tdc_"+suffix
+	for _, q := range []string{
+		"CREATE TABLE jobs (id INT PRIMARY KEY)",
+		"CREATE TABLE fenced_job_leases (lease_name VARCHAR(191) PRIMARY KEY, owner_token VARBINARY(64) NOT NULL, fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL)",
+		"CREATE USER '" + s + "'@'%'", "GRANT INSERT ON `" + db + "`.* TO '" + s + "'@'%'",
+		"CREATE ROLE '" + role + "'", "GRANT UPDATE ON `" + db + "`.fenced_job_leases TO '" + role + "'",
+		"CREATE USER '" + dr + "'@'%'", "GRANT '" + role + "' TO '" + dr + "'@'%'", "SET DEFAULT ROLE '" + role + "' TO '" + dr + "'@'%'",
+		"CREATE USER '" + c + "'@'%'", "GRANT UPDATE (fence_token) ON `" + db + "`.fenced_job_leases TO '" + c + "'@'%'",
+	} {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		root.Exec("DROP USER IF EXISTS '" + s + "'@'%', '" + dr + "'@'%', '" + c + "'@'%'")
+		root.Exec("DROP ROLE IF EXISTS '" + role + "'")
+	})
+	cfg := filepath.Join(t.TempDir(), "fenceproxy.yaml")
+	if err := os.WriteFile(cfg, []byte("backend:\n  address: "+srv.Addr+"\n  engine: tidb\ntables:\n  - name: "+db+".jobs\ncatalog: {refresh: 0s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, "doctor", "--config", cfg, "--dsn", srv.RootDSN(""), "--json")
+	wantCode(t, r, exitRefused, "doctor on TiDB")
+	var rep doctorReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	all := strings.Join(rep.Findings, "\n")
+	lt := db + ".fenced_job_leases"
+	for _, w := range []string{
+		"privilege: '" + s + "'@'%' can write the lease table " + lt + ": INSERT on " + db + ".*",
+		"privilege: '" + dr + "'@'%' can write the lease table " + lt + ": UPDATE on " + lt + " (through role " + role + ", its default role)",
+		"privilege: '" + c + "'@'%' can write the lease table " + lt + ": UPDATE on " + lt + " (column fence_token)",
+	} {
+		if !strings.Contains(all, w) {
+			t.Errorf("findings lack %q:\n%s", w, all)
+		}
+	}
+}
