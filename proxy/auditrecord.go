@@ -25,6 +25,9 @@ func (fg *fencing) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
 	c := fg.c
 	c.p.metrics.stmtRefused.Inc()
 	fg.auditRefusal(rt, r, sql, "refused")
+	if r.UnknownKind {
+		return c.sendError(erParse, "42000", r.Error())
+	}
 	return c.sendError(erNotAllowed, "42000", r.Error())
 }
 

@@ -114,6 +114,7 @@ const (
 	erHandshake            = 1043 // ER_HANDSHAKE_ERROR
 	erAccessDenied         = 1045 // ER_ACCESS_DENIED_ERROR
 	erNotAllowed           = 1148 // ER_NOT_ALLOWED_COMMAND: statement refused
+	erParse                = 1064 // ER_PARSE_ERROR: a statement no row of the statement kinds starts
 	erNetPacketTooBig      = 1153 // ER_NET_PACKET_TOO_LARGE
 	erNetPacketsOutOfOrder = 1156 // ER_NET_PACKETS_OUT_OF_ORDER
 	erSecureTransport      = 3159 // ER_SECURE_TRANSPORT_REQUIRED

@@ -257,6 +257,13 @@ type Refusal struct {
 	// bytes >= 0x80). The proxy may learn it (SELECT
 	// @@SESSION.character_set_client) and ask again.
 	CharsetUnknown bool
+
+	// UnknownKind: refused because no statement of the server's grammar
+	// starts this way (statementKinds has no row for its first word), on
+	// MariaDB and MySQL. The server would answer a syntax error, so the client gets ER_PARSE_ERROR
+	// (1064, 42000) with this refusal's text: drivers and ORMs that tell a
+	// syntax error by its code still do.
+	UnknownKind bool
 }
 
 func (r *Refusal) Error() string {

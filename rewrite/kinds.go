@@ -228,8 +228,12 @@ func (in *stmtIn) kindRefusal() (stmtRes, bool) {
 	k, lead := in.kind()
 	switch {
 	case k == nil:
-		return in.refuse("", "fenceproxy does not model statements that start with "+quoteForMessage(lead)+
-			", so it cannot tell whether they write protected tables; run it directly on the server"), true
+		res := in.refuse("", "fenceproxy does not model statements that start with "+quoteForMessage(lead)+
+			", so it cannot tell whether they write protected tables; run it directly on the server")
+		// TiDB has statements of its own that the table leaves out: there
+		// the refusal is no syntax error.
+		res.refusal.UnknownKind = in.st.mode.server.Flavor != TiDB
+		return res, true
 	case k.handles == kindRefuse && k.reason != "":
 		return in.refuse("", k.reason), true
 	case k.handles == kindRefuse:

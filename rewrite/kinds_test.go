@@ -61,12 +61,17 @@ func TestStatementKindsClosed(t *testing.T) {
 		"CREATE FUNCTION udf RETURNS STRING SONAME 'x.so'",
 		"CREATE AGGREGATE FUNCTION udf RETURNS INTEGER SONAME 'x.so'",
 	}
-	for _, sql := range append(unlisted, refused...) {
-		sql := sql
+	for i, sql := range append(unlisted, refused...) {
+		sql, unknown := sql, i < len(unlisted)
 		t.Run("refused/"+sql, func(t *testing.T) {
 			d := e.Query([]byte(sql), maria, appSession())
 			if d.Action != Refuse {
 				t.Fatalf("%q: %v, want refused", sql, d.Action)
+			}
+			// An unlisted kind is a syntax error for the server: the
+			// client gets 1064. A listed kind refused keeps 1148.
+			if d.Refusal.UnknownKind != unknown {
+				t.Fatalf("%q: UnknownKind %v, want %v", sql, d.Refusal.UnknownKind, unknown)
 			}
 			if m := New(nil, Options{}).Query([]byte(sql), maria, appSession()); m.Action == Refuse {
 				t.Fatalf("%q refused with nothing protected: %s", sql, m.Refusal.Reason)
