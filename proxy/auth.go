@@ -100,6 +100,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 	offered := hs.offeredCaps(offerTLS)
 	c.caps = ch.caps & offered
 	c.deprecateEOF = c.caps&mysql.CLIENT_DEPRECATE_EOF != 0
+	c.multiStatements = c.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
 	c.user = ch.user
 	c.program = ch.program
 	c.sess.Schema = ch.db

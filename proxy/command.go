@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -31,6 +30,120 @@ type preparedStmt struct {
 	types  []uint16 // parameter types last bound by the client
 }
 
+// commandSpec is what the proxy does with one command byte. Every byte it
+// relays has a run function in commandTable; any other byte is refused
+// (refuseCommand): the client gets an ERR, nothing of the packet reaches
+// the server, and the connection goes on. docs/protocol.md shows the same
+// table (TestProtocolDocListsCommands).
+type commandSpec struct {
+	name string
+	// relayed commands
+	does     string // what the proxy does with it
+	response string // how its response is framed
+	run      func(c *clientConn, rt *runtime, head []byte) error
+	// refused commands: the error, as the server answers the command
+	// where it knows no better, and what to do instead
+	code  uint16
+	state string
+	why   string
+}
+
+// commandTable is indexed by command byte (filled in init: its run
+// functions refer back to it).
+var commandTable [256]commandSpec
+
+func init() {
+	relay := func(cmd byte, name, does, response string, run func(*clientConn, *runtime, []byte) error) {
+		commandTable[cmd] = commandSpec{name: name, does: does, response: response, run: run}
+	}
+	refuse := func(cmd byte, name, why string) {
+		commandTable[cmd] = commandSpec{name: name, code: erUnknownComError, state: "08S01", why: why}
+	}
+	relay(mysql.COM_QUIT, "COM_QUIT", "relayed; both connections close", "none",
+		func(c *clientConn, _ *runtime, _ []byte) error {
+			c.quitSent = c.forwardCommand() == nil
+			return errQuit
+		})
+	relay(mysql.COM_INIT_DB, "COM_INIT_DB", "relayed; the schema is tracked from its OK", "OK or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.comInitDB() })
+	relay(mysql.COM_QUERY, "COM_QUERY", "the statement reader decides: relayed, fenced, guarded, refused or answered by the proxy",
+		"OK, ERR, result sets chained by SERVER_MORE_RESULTS_EXISTS, LOCAL INFILE requests",
+		func(c *clientConn, rt *runtime, _ []byte) error { return c.comQuery(rt) })
+	relay(mysql.COM_FIELD_LIST, "COM_FIELD_LIST", "relayed (reads column definitions)", "column definitions, then EOF; or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsRows) })
+	refuse(mysql.COM_CREATE_DB, "COM_CREATE_DB", "the servers no longer have it; send CREATE DATABASE as a statement")
+	refuse(mysql.COM_DROP_DB, "COM_DROP_DB", "the servers no longer have it; send DROP DATABASE as a statement")
+	relay(mysql.COM_REFRESH, "COM_REFRESH", "relayed (FLUSH privileges, logs, tables, hosts, status, threads; RESET SLAVE, RESET MASTER): writes no table",
+		"OK or ERR", func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
+	relay(mysql.COM_SHUTDOWN, "COM_SHUTDOWN", "relayed (the server checks the SHUTDOWN privilege)", "EOF or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
+	relay(mysql.COM_STATISTICS, "COM_STATISTICS", "relayed", "one string packet",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
+	relay(mysql.COM_PROCESS_INFO, "COM_PROCESS_INFO", "relayed (SHOW PROCESSLIST)", "a result set or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsResults) })
+	refuse(mysql.COM_CONNECT, "COM_CONNECT", "a server-internal command")
+	relay(mysql.COM_PROCESS_KILL, "COM_PROCESS_KILL", "relayed (KILL of a session id)", "OK or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
+	relay(mysql.COM_DEBUG, "COM_DEBUG", "relayed (debug information to the server's error log)", "EOF or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
+	relay(mysql.COM_PING, "COM_PING", "relayed", "OK",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
+	refuse(mysql.COM_TIME, "COM_TIME", "a server-internal command")
+	refuse(mysql.COM_DELAYED_INSERT, "COM_DELAYED_INSERT", "a server-internal command")
+	relay(mysql.COM_CHANGE_USER, "COM_CHANGE_USER", "its authentication exchange is relayed like the handshake's; the session state is reset in the proxy's model as on the server",
+		"authentication packets, then OK or ERR", func(c *clientConn, _ *runtime, _ []byte) error { return c.comChangeUser() })
+	relay(mysql.COM_BINLOG_DUMP, "COM_BINLOG_DUMP", "replication: relayed; an ERR first (no privilege) leaves the session in commands, anything else starts the binary log stream, which the server ends by closing the session: the proxy then copies bytes both ways",
+		"ERR, or binary log events until the server closes", func(c *clientConn, _ *runtime, _ []byte) error { return c.comBinlogDump() })
+	refuse(mysql.COM_TABLE_DUMP, "COM_TABLE_DUMP", "the servers no longer have it")
+	refuse(mysql.COM_CONNECT_OUT, "COM_CONNECT_OUT", "a server-internal command")
+	relay(mysql.COM_REGISTER_SLAVE, "COM_REGISTER_SLAVE", "replication: relayed", "OK or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
+	relay(mysql.COM_STMT_PREPARE, "COM_STMT_PREPARE", "the statement reader decides once what each execution does; a lease function is prepared by the proxy itself",
+		"prepare OK, parameter and column definitions; or ERR", func(c *clientConn, rt *runtime, _ []byte) error { return c.comPrepare(rt) })
+	relay(mysql.COM_STMT_EXECUTE, "COM_STMT_EXECUTE", "the statement is resolved as the server resolves its id; a protected write is guarded or fenced as prepared, a lease function answered",
+		"as COM_QUERY (binary rows)", func(c *clientConn, rt *runtime, head []byte) error { return c.comExecute(rt, head) })
+	relay(mysql.COM_STMT_SEND_LONG_DATA, "COM_STMT_SEND_LONG_DATA", "the statement resolved as for EXECUTE; relayed (ignored for the proxy's own statements)", "none",
+		func(c *clientConn, _ *runtime, head []byte) error {
+			return c.comStmtData(mysql.COM_STMT_SEND_LONG_DATA, head)
+		})
+	relay(mysql.COM_STMT_CLOSE, "COM_STMT_CLOSE", "the statement resolved as for EXECUTE and forgotten; relayed unless the proxy's own", "none",
+		func(c *clientConn, _ *runtime, head []byte) error { return c.comStmtData(mysql.COM_STMT_CLOSE, head) })
+	relay(mysql.COM_STMT_RESET, "COM_STMT_RESET", "the statement resolved as for EXECUTE; relayed, or answered for the proxy's own", "OK or ERR",
+		func(c *clientConn, _ *runtime, head []byte) error { return c.comStmtReset(head) })
+	relay(mysql.COM_SET_OPTION, "COM_SET_OPTION", "multi-statements on or off: sent as the 3-byte packet the server reads, and tracked from its answer",
+		"EOF (OK with 0xFE under CLIENT_DEPRECATE_EOF) or ERR", func(c *clientConn, _ *runtime, _ []byte) error { return c.comSetOption() })
+	relay(mysql.COM_STMT_FETCH, "COM_STMT_FETCH", "the statement resolved as for EXECUTE; relayed (the proxy's own statements have no cursor)",
+		"binary rows, then EOF; or ERR", func(c *clientConn, _ *runtime, head []byte) error { return c.comStmtFetch(head) })
+	refuse(mysql.COM_DAEMON, "COM_DAEMON", "a server-internal command")
+	relay(mysql.COM_BINLOG_DUMP_GTID, "COM_BINLOG_DUMP_GTID", "MySQL's replication by GTID: as COM_BINLOG_DUMP (MariaDB answers Unknown command)",
+		"ERR, or binary log events until the server closes", func(c *clientConn, _ *runtime, _ []byte) error { return c.comBinlogDump() })
+	relay(mysql.COM_RESET_CONNECTION, "COM_RESET_CONNECTION", "relayed; the session state is reset in the proxy's model as on the server", "OK or ERR",
+		func(c *clientConn, _ *runtime, _ []byte) error { return c.comResetConnection() })
+	refuse(comClone, "COM_CLONE", "MySQL's clone plugin: clone from the server directly")
+	refuse(comSubscribeGRStream, "COM_SUBSCRIBE_GROUP_REPLICATION_STREAM", "MySQL group replication: connect to the server directly")
+	commandTable[comStmtBulkExecute] = commandSpec{name: "COM_STMT_BULK_EXECUTE", code: erUnsupportedPS, state: "HY000",
+		why: "bulk execution is never offered (no MARIADB_CLIENT_STMT_BULK_OPERATIONS); execute the statement once per row"}
+	refuse(comSlaveWorker, "COM_SLAVE_WORKER", "a server-internal command")
+	refuse(comSlaveIO, "COM_SLAVE_IO", "a server-internal command")
+	refuse(comSlaveSQL, "COM_SLAVE_SQL", "a server-internal command")
+	refuse(comReserved1, "COM_RESERVED_1 (COM_MULTI)", "removed from the server")
+	refuse(comEnd, "COM_END", "not a command")
+	refuse(mysql.COM_SLEEP, "COM_SLEEP", "a server-internal command")
+}
+
+// Command bytes go-mysql does not name.
+const (
+	comClone             = 0x20 // MySQL 8
+	comSubscribeGRStream = 0x21 // MySQL 8
+	comSlaveWorker       = 0xfb // MariaDB, internal
+	comSlaveIO           = 0xfc
+	comSlaveSQL          = 0xfd
+	comReserved1         = 0xfe // MariaDB's removed COM_MULTI
+	comEnd               = 0xff
+
+	erUnsupportedPS = 1295 // ER_UNSUPPORTED_PS: what MariaDB answers COM_STMT_BULK_EXECUTE without the capability
+)
+
 // command handles one client command, from its first packet to the end of
 // its response, and returns the command byte (for metrics).
 func (c *clientConn) command(rt *runtime) (byte, error) {
@@ -53,12 +166,8 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		return 0, c.client.sideErr(malformed("command with sequence number %d", seq))
 	}
 	if n == 0 {
-		// The server answers an empty packet with "Unknown command" and
-		// goes on: let it.
-		if err := c.forwardCommand(); err != nil {
-			return 0, err
-		}
-		if err := c.relayResults(nil); err != nil {
+		// The server reads an empty packet as COM_SLEEP.
+		if err := c.refuseCommand(mysql.COM_SLEEP, true); err != nil {
 			return 0, err
 		}
 		return 0, c.client.flush()
@@ -79,71 +188,201 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 			return cmd, c.refuseTooLarge()
 		}
 	}
-
-	switch cmd {
-	case mysql.COM_QUERY:
-		err = c.comQuery(rt)
-	case mysql.COM_STMT_PREPARE:
-		err = c.comPrepare(rt)
-	case mysql.COM_STMT_EXECUTE:
-		err = c.comExecute(rt, head)
-	case mysql.COM_STMT_CLOSE, mysql.COM_STMT_SEND_LONG_DATA, mysql.COM_STMT_RESET:
-		if cmd == mysql.COM_STMT_CLOSE {
-			// Not a statement: the server's warnings stay (drivers close a
-			// statement between its execution and SHOW WARNINGS).
-			c.warn = c.prevWarn
-		}
-		if ps := c.proxyStmt(head); ps != nil {
-			// A statement the proxy answers itself: the server never saw it.
-			return cmd, c.proxyStmtCommand(cmd, ps)
-		}
-		if cmd == mysql.COM_STMT_RESET {
-			if err = c.forwardCommand(); err == nil {
-				_, err = c.relayOne()
-			}
-			break
-		}
-		if cmd == mysql.COM_STMT_CLOSE && n >= 5 {
-			delete(c.prepared, binary.LittleEndian.Uint32(head[headerLen+1:]))
-		}
-		return cmd, c.forwardCommand() // no response
-	case mysql.COM_STMT_FETCH, mysql.COM_FIELD_LIST:
-		if err = c.forwardCommand(); err == nil {
-			_, err = c.relayRows()
-		}
-	case mysql.COM_STATISTICS, mysql.COM_PING, mysql.COM_PROCESS_KILL, mysql.COM_SET_OPTION, mysql.COM_REFRESH:
-		if err = c.forwardCommand(); err == nil {
-			_, err = c.relayOne()
-		}
-	case mysql.COM_INIT_DB:
-		err = c.comInitDB()
-	case mysql.COM_RESET_CONNECTION:
-		var ok bool
-		if err = c.forwardCommand(); err == nil {
-			if ok, err = c.relayOne(); ok {
-				c.resetConnection()
-			}
-		}
-	case mysql.COM_CHANGE_USER:
-		err = c.comChangeUser()
-	case mysql.COM_QUIT:
-		c.quitSent = c.forwardCommand() == nil
-		return cmd, errQuit
-	case mysql.COM_BINLOG_DUMP, mysql.COM_BINLOG_DUMP_GTID:
-		// A replication stream never returns to commands: become a pipe.
-		if err = c.forwardCommand(); err == nil {
-			err = c.pipe()
-		}
-	default:
-		// Anything else is answered by OK, ERR, EOF or a result set.
-		if err = c.forwardCommand(); err == nil {
-			err = c.relayResults(nil)
-		}
+	if spec := &commandTable[cmd]; spec.run != nil {
+		err = spec.run(c, rt, head)
+	} else {
+		err = c.refuseCommand(cmd, false)
 	}
 	if err != nil {
 		return cmd, err
 	}
 	return cmd, c.client.flush()
+}
+
+// refuseCommand answers a command byte the proxy does not relay (empty: an
+// empty packet) with an ERR, after consuming the whole packet: nothing of
+// it reaches the server, and the connection goes on, as after the server's
+// own "Unknown command".
+func (c *clientConn) refuseCommand(cmd byte, empty bool) error {
+	seq, err := c.client.skipPacket()
+	if err != nil {
+		return err
+	}
+	c.x.cmdSeq = seq
+	spec := &commandTable[cmd]
+	code, state := spec.code, spec.state
+	if code == 0 {
+		code, state = erUnknownComError, "08S01"
+	}
+	var msg string
+	switch {
+	case empty:
+		msg = "Unknown command: fenceproxy does not relay an empty command packet"
+	case code == erUnsupportedPS:
+		msg = fmt.Sprintf("This command is not supported in the prepared statement protocol yet: fenceproxy does not relay %s (0x%02X): %s",
+			spec.name, cmd, spec.why)
+	case spec.name != "":
+		msg = fmt.Sprintf("Unknown command: fenceproxy does not relay %s (0x%02X): %s", spec.name, cmd, spec.why)
+	default:
+		msg = fmt.Sprintf("Unknown command: fenceproxy relays only the commands of its protocol model, and 0x%02X is none (docs/protocol.md)", cmd)
+	}
+	return c.sendError(code, state, msg)
+}
+
+// How relayCommand reads the response of a command the proxy only relays.
+const (
+	relayAsOne     = iota // one packet: OK, ERR, EOF or a string
+	relayAsRows           // rows (or definitions) until a terminator or ERR
+	relayAsResults        // OK, ERR or result sets
+)
+
+// relayCommand forwards the client's command as it came and relays its
+// response.
+func (c *clientConn) relayCommand(how int) error {
+	if err := c.forwardCommand(); err != nil {
+		return err
+	}
+	var err error
+	switch how {
+	case relayAsOne:
+		_, err = c.relayOne()
+	case relayAsRows:
+		_, err = c.relayRows()
+	default:
+		err = c.relayResults(nil)
+	}
+	return err
+}
+
+// comResetConnection relays COM_RESET_CONNECTION and resets the proxy's
+// model of the session when the server did.
+func (c *clientConn) comResetConnection() error {
+	if err := c.forwardCommand(); err != nil {
+		return err
+	}
+	ok, err := c.relayOne()
+	if ok {
+		c.resetConnection()
+	}
+	return err
+}
+
+// comStmtData handles COM_STMT_CLOSE and COM_STMT_SEND_LONG_DATA, which
+// the server never answers.
+func (c *clientConn) comStmtData(cmd byte, head []byte) error {
+	if cmd == mysql.COM_STMT_CLOSE {
+		// Not a statement: the server's warnings stay (drivers close a
+		// statement between its execution and SHOW WARNINGS).
+		c.warn = c.prevWarn
+	}
+	id, ps, none := c.resolveStmt(head)
+	if none {
+		return c.unknownStmt(cmd, id)
+	}
+	if ps != nil && ps.call != nil {
+		// A statement the proxy answers itself: the server never saw it.
+		return c.proxyStmtCommand(cmd, ps)
+	}
+	if cmd == mysql.COM_STMT_CLOSE {
+		if _, ok := stmtIDOf(head); ok {
+			c.closeStmt(id)
+		}
+	}
+	return c.forwardCommand()
+}
+
+// comStmtReset handles COM_STMT_RESET.
+func (c *clientConn) comStmtReset(head []byte) error {
+	id, ps, none := c.resolveStmt(head)
+	if none {
+		return c.unknownStmt(mysql.COM_STMT_RESET, id)
+	}
+	if ps != nil && ps.call != nil {
+		return c.proxyStmtCommand(mysql.COM_STMT_RESET, ps)
+	}
+	return c.relayCommand(relayAsOne)
+}
+
+// comStmtFetch handles COM_STMT_FETCH.
+func (c *clientConn) comStmtFetch(head []byte) error {
+	id, ps, none := c.resolveStmt(head)
+	if none {
+		return c.unknownStmt(mysql.COM_STMT_FETCH, id)
+	}
+	if ps != nil && ps.call != nil {
+		// The proxy's own statements return their row at once, never a
+		// cursor: the server's answer for a statement without one.
+		seq, err := c.client.skipPacket()
+		if err != nil {
+			return err
+		}
+		c.x.cmdSeq = seq
+		return c.sendError(erStmtHasNoOpenCursor, "HY000", fmt.Sprintf("The statement (%d) has no open cursor", id))
+	}
+	return c.relayCommand(relayAsRows)
+}
+
+// comSetOption relays COM_SET_OPTION as the packet the server reads (the
+// option is the 2 bytes after the command, a missing byte 0, anything
+// after them ignored) and follows its effect on multi-statements.
+func (c *clientConn) comSetOption() error {
+	p, seq, err := c.client.readPacket(c.buf[:0], maxWholePacket)
+	if err != nil {
+		return err
+	}
+	c.x.cmdSeq = seq
+	var opt uint16
+	if len(p) > 1 {
+		opt = uint16(p[1])
+	}
+	if len(p) > 2 {
+		opt |= uint16(p[2]) << 8
+	}
+	if _, err := c.backend.writePacket(0, []byte{mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
+		return err
+	}
+	if err := c.backend.flush(); err != nil {
+		return err
+	}
+	c.x.align(1, c.x.cmdSeq+1)
+	payload, _, small, err := c.peekBackend()
+	if err != nil {
+		return err
+	}
+	if small && len(payload) > 0 && (payload[0] == mysql.EOF_HEADER || payload[0] == mysql.OK_HEADER) {
+		switch opt {
+		case mysql.MYSQL_OPTION_MULTI_STATEMENTS_ON:
+			c.multiStatements = true
+		case mysql.MYSQL_OPTION_MULTI_STATEMENTS_OFF:
+			c.multiStatements = false
+		}
+		if st, valid := eofStatus(payload, c.deprecateEOF); valid {
+			c.noteStatus(st)
+		}
+	}
+	_, err = c.relayPacket()
+	return err
+}
+
+// comBinlogDump handles COM_BINLOG_DUMP and COM_BINLOG_DUMP_GTID. The
+// server answers an ERR and reads commands again when it refuses the dump
+// before it starts (no REPLICATION SLAVE privilege); once the dump started
+// it never reads a command again, and closes the session when the dump
+// ends (measured on MariaDB 10.11, and so in MySQL's com_binlog_dump).
+// Only then does the connection become a pipe.
+func (c *clientConn) comBinlogDump() error {
+	if err := c.forwardCommand(); err != nil {
+		return err
+	}
+	payload, _, small, err := c.peekBackend()
+	if err != nil {
+		return err
+	}
+	if small && len(payload) > 0 && payload[0] == mysql.ERR_HEADER {
+		_, err := c.relayPacket()
+		return err
+	}
+	return c.pipe()
 }
 
 // comInitDB forwards COM_INIT_DB and tracks the new current schema.
@@ -227,19 +466,6 @@ func copyAll(dst, src *packetConn) error {
 	}
 }
 
-// proxyStmt returns the statement a COM_STMT_* packet names if the proxy
-// owns it (a prepared lease function).
-func (c *clientConn) proxyStmt(head []byte) *preparedStmt {
-	if len(head) < headerLen+5 || c.prepared == nil {
-		return nil
-	}
-	ps := c.prepared[binary.LittleEndian.Uint32(head[headerLen+1:])]
-	if ps == nil || ps.call == nil {
-		return nil
-	}
-	return ps
-}
-
 // proxyStmtCommand handles CLOSE, SEND_LONG_DATA and RESET of a statement
 // the proxy owns.
 func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
@@ -252,7 +478,7 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 	}
 	switch cmd {
 	case mysql.COM_STMT_CLOSE:
-		delete(c.prepared, ps.id)
+		c.closeStmt(ps.id)
 		return nil
 	case mysql.COM_STMT_SEND_LONG_DATA:
 		return nil // lease function arguments are short; long data is not used

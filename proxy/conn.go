@@ -45,11 +45,14 @@ type clientConn struct {
 	// negotiated at the handshake
 	caps         uint32 // capabilities in use between client and backend
 	deprecateEOF bool
-	clientTLS    bool
-	backendTLS   bool
-	scramble     []byte  // the backend's current auth challenge
-	authErr      errInfo // the backend's ERR to the last refused login (relayAuth), for loginRefused
-	srv          rewrite.Server
+	// multiStatements: the server runs packets of several statements for
+	// this session (CLIENT_MULTI_STATEMENTS, then COM_SET_OPTION).
+	multiStatements bool
+	clientTLS       bool
+	backendTLS      bool
+	scramble        []byte  // the backend's current auth challenge
+	authErr         errInfo // the backend's ERR to the last refused login (relayAuth), for loginRefused
+	srv             rewrite.Server
 	// probe: the engine probe whose answer is still unread (engine.go),
 	// read before the first command under probeDeadline, or probeTimeout
 	// from then on if that passed.
@@ -101,6 +104,7 @@ type clientConn struct {
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
 	nextStmtID uint32                   // next id for a statement the proxy answers itself
+	stmts      stmtBook                 // the last prepared statement, the proxy's own count (prepared.go)
 	named      map[string]*preparedStmt // SQL-level PREPARE names
 
 	// per command

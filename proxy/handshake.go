@@ -93,15 +93,11 @@ func first(p []byte) int {
 
 // forClient is the handshake the proxy shows the client: the backend's own,
 // with its salt and plugin (so the client's answer is valid for the backend),
-// minus what the proxy cannot relay, and with TLS as the proxy offers it.
+// offering only the capabilities the proxy relays (capabilities.go), none
+// of MariaDB's extended ones, and TLS as the proxy offers it.
 func (h *serverHandshake) forClient(offerTLS bool) []byte {
 	out := append([]byte(nil), h.raw...)
-	caps := h.caps &^ unofferedCaps
-	if offerTLS {
-		caps |= mysql.CLIENT_SSL
-	} else {
-		caps &^= mysql.CLIENT_SSL
-	}
+	caps := h.offeredCaps(offerTLS)
 	binary.LittleEndian.PutUint16(out[h.capsLowOff:], uint16(caps))
 	if h.capsHighOff >= 0 {
 		binary.LittleEndian.PutUint16(out[h.capsHighOff:], uint16(caps>>16))
@@ -113,13 +109,7 @@ func (h *serverHandshake) forClient(offerTLS bool) []byte {
 }
 
 // offeredCaps are the capabilities the client may use.
-func (h *serverHandshake) offeredCaps(offerTLS bool) uint32 {
-	caps := h.caps &^ unofferedCaps
-	if offerTLS {
-		return caps | mysql.CLIENT_SSL
-	}
-	return caps &^ mysql.CLIENT_SSL
-}
+func (h *serverHandshake) offeredCaps(offerTLS bool) uint32 { return offeredTo(h.caps, offerTLS) }
 
 // clientHandshake is the client's HandshakeResponse41, raw plus what the
 // proxy reads from it.
@@ -243,20 +233,17 @@ func connectAttr(attrs []byte, key string) string {
 	return ""
 }
 
-// forBackend is the client's response as sent to the backend: unchanged but
-// for the TLS bit (each hop negotiates its own), what the proxy did not
-// offer, and MariaDB extended capabilities (never offered).
+// forBackend is the first n bytes of the client's response as sent to the
+// backend: the fixed part rebuilt (rebuildResponse) with the client's
+// capabilities that the proxy offered and relays, TLS as this hop
+// negotiates it, and no extended capability; the rest as the client sent
+// it.
 func (c *clientHandshake) forBackend(offered uint32, backendTLS bool, n int) []byte {
-	out := append([]byte(nil), c.raw[:n]...)
-	caps := c.caps & (offered | mysql.CLIENT_SSL) &^ mysql.CLIENT_SSL
+	caps := c.caps & offered & relayedCaps
 	if backendTLS {
 		caps |= mysql.CLIENT_SSL
 	}
-	binary.LittleEndian.PutUint32(out, caps)
-	if c.caps&mysql.CLIENT_LONG_PASSWORD == 0 {
-		clear(out[28:32])
-	}
-	return out
+	return rebuildResponse(c.raw, n, caps)
 }
 
 // changeUser is what the proxy reads of a COM_CHANGE_USER packet.

@@ -28,10 +28,6 @@ const erWrongArguments = 1210 // ER_WRONG_ARGUMENTS
 // leaseCallTimeout bounds a lease function: it must answer, never hang.
 const leaseCallTimeout = 10 * time.Second
 
-// firstProxyStmtID is where statement ids the proxy hands out itself start,
-// counting down: servers count theirs up from 1.
-const firstProxyStmtID = math.MaxUint32
-
 // answerLeaseCall answers a lease function sent as COM_QUERY.
 func (c *clientConn) answerLeaseCall(rt *runtime, call *rewrite.LeaseCall) error {
 	c.p.metrics.stmtAnswered.Inc()
@@ -49,6 +45,9 @@ func (c *clientConn) answerLeaseCall(rt *runtime, call *rewrite.LeaseCall) error
 // statement id of the proxy's own.
 func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) error {
 	c.p.metrics.stmtAnswered.Inc()
+	if c.stmts.own >= maxOwnStmts {
+		return c.ownStmtLimit()
+	}
 	params := 0
 	for _, a := range call.Args {
 		if a.Placeholder {
@@ -85,6 +84,8 @@ func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) erro
 		c.prepared = map[uint32]*preparedStmt{}
 	}
 	c.prepared[id] = &preparedStmt{call: call, id: id, params: params}
+	c.stmts.own++
+	c.stmts.prepared(id)
 	return nil
 }
 

@@ -6,17 +6,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
-// Capability flags the proxy never offers: it cannot relay compressed
-// streams, and query attributes, optional result-set metadata and MariaDB's
-// extended capabilities (progress reports, bulk execution, cached metadata)
-// change packet layouts it must read.
-const (
-	clientProgressObsolete = 1 << 29 // MariaDB's old CLIENT_PROGRESS bit
-	unofferedCaps          = mysql.CLIENT_COMPRESS | mysql.CLIENT_ZSTD_COMPRESSION_ALGORITHM |
-		mysql.CLIENT_QUERY_ATTRIBUTES | mysql.CLIENT_OPTIONAL_RESULTSET_METADATA |
-		clientProgressObsolete | mysql.CLIENT_SSL_VERIFY_SERVER_CERT | mysql.CLIENT_REMEMBER_OPTIONS
-)
-
 // lenEnc decodes a length-encoded integer at the start of b. null is set for
 // 0xFB; n is the number of bytes used (0 when b is too short).
 func lenEnc(b []byte) (v uint64, n int, null bool) {

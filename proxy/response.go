@@ -85,9 +85,13 @@ func (c *clientConn) walkResponse(h responseHandler) error {
 			c.noteStatus(st)
 			return h.eof()
 		default:
+			// A column count is the whole packet: a shape the walker does
+			// not model (a column count with a metadata flag after it, as
+			// with MariaDB's cache-metadata capability) ends the
+			// connection instead of a wait for packets that never come.
 			cols, k, _ := lenEnc(payload)
-			if k == 0 {
-				return c.backend.sideErr(malformed("column count"))
+			if k == 0 || k != n {
+				return c.backend.sideErr(malformed("column count packet of %d bytes", n))
 			}
 			st, err := c.walkResultSet(h, cols)
 			if err != nil {
@@ -112,6 +116,9 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 		return 0, err
 	}
 	for i := uint64(0); i < cols; i++ {
+		if err := c.checkColumnDef(); err != nil {
+			return 0, err
+		}
 		if err := h.meta(); err != nil {
 			return 0, err
 		}
@@ -134,6 +141,28 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 		}
 	}
 	return c.walkRows(h)
+}
+
+// checkColumnDef fails unless the next backend packet starts as every
+// column definition does, with the catalog "def": a response whose
+// definitions are missing or fewer than its column count said fails here
+// at once.
+func (c *clientConn) checkColumnDef() error {
+	n, _, err := c.backend.peekHeader()
+	if err != nil {
+		return err
+	}
+	if n < 4 || n >= maxPayload {
+		return c.backend.sideErr(malformed("column definition of %d bytes", n))
+	}
+	b, err := c.backend.r.Peek(headerLen + 4)
+	if err != nil {
+		return c.backend.sideErr(err)
+	}
+	if b[4] != 3 || b[5] != 'd' || b[6] != 'e' || b[7] != 'f' {
+		return c.backend.sideErr(malformed("column definition"))
+	}
+	return nil
 }
 
 // walkRows reads rows until the terminator (EOF, or OK with 0xFE) or an

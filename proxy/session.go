@@ -94,6 +94,7 @@ func (c *clientConn) changeUserFailed(cu changeUser) {
 // table locks.
 func (c *clientConn) forgetSessionState() {
 	c.prepared = nil
+	c.stmts = stmtBook{}
 	c.named = nil
 	c.sess.ANSIQuotes = rewrite.Unknown
 	c.sess.Oracle = rewrite.Unknown

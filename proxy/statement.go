@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -92,6 +91,12 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		}
 	}
 	d := c.decide(rt, payload[1:], false)
+	if len(d.Stmts) > 1 && !c.multiStatements {
+		// Never more than the server would run for this session.
+		if handled, err := c.refuseMultiStatement(payload, inPlace, len(d.Stmts)); handled {
+			return err
+		}
+	}
 	if d.Action == rewrite.Forward && d.Stmts == nil {
 		// The hot path: nothing here concerns fencing.
 		c.p.metrics.stmtForwarded.Inc()
@@ -199,6 +204,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	case rewrite.Refuse:
 		sql := rewrite.DigestInput(payload[1:]) // all that the audit record's digest reads
 		c.consumeCommand(payload, inPlace)
+		c.stmts.failed()
 		return c.fence.refuse(rt, d.Refusal, sql)
 	case rewrite.Answer:
 		c.consumeCommand(payload, inPlace)
@@ -216,9 +222,14 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 		}
 	}
 	id, _, ok, err := c.relayPrepareResponse()
-	if err != nil || !ok {
+	if err != nil {
 		return err
 	}
+	if !ok {
+		c.stmts.failed()
+		return nil
+	}
+	c.stmts.prepared(id)
 	// Remember what executing it does (a protected write to check, a
 	// session effect such as a prepared SET sql_mode, or nothing), and
 	// under which policy that was decided.
@@ -286,14 +297,17 @@ func (c *clientConn) redecide(rt *runtime, ps *preparedStmt) *rewrite.Refusal {
 	return nil
 }
 
-// comExecute handles COM_STMT_EXECUTE; only fenced statements and lease
-// calls need more than a relay.
+// comExecute handles COM_STMT_EXECUTE of the statement its id names as
+// the server resolves it; only fenced statements and lease calls need more
+// than a relay.
 func (c *clientConn) comExecute(rt *runtime, head []byte) error {
-	var ps *preparedStmt
-	if len(head) >= headerLen+5 && c.prepared != nil {
-		ps = c.prepared[binary.LittleEndian.Uint32(head[headerLen+1:])]
+	id, ps, none := c.resolveStmt(head)
+	if none {
+		return c.unknownStmt(mysql.COM_STMT_EXECUTE, id)
 	}
 	if ps == nil {
+		// No statement the proxy knows: the server knows none either, and
+		// answers for it.
 		if err := c.forwardCommand(); err != nil {
 			return err
 		}

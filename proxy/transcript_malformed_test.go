@@ -109,23 +109,6 @@ seen nothing of the response yet, gets ERR 1053 (lost connection, SQLSTATE 08S01
 		c.backendClosed()
 		c.clientClosed()
 	},
-}, {
-	name: "unknown_command_and_empty_packet",
-	about: `Commands the proxy does not know, and an empty packet, are relayed for the server to answer
-("Unknown command"), and the connection goes on.`,
-	backend: "engine: mariadb",
-	run: func(h *harness) {
-		c := h.login("A", loginOpts{db: "app"})
-		c.send(0, []byte{0x60, 1, 2})
-		c.backendGets()
-		c.respond(errPkt(1047, "08S01", "Unknown command"))
-		c.response()
-		c.send(0, nil)
-		c.backendGets()
-		c.respond(errPkt(1047, "08S01", "Unknown command"))
-		c.response()
-		pingWorks(c)
-	},
 }}
 
 func TestTranscriptMalformed(t *testing.T) { runTranscripts(t, malformedCases) }
