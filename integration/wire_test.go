@@ -37,6 +37,7 @@ const (
 	capMultiResults     = 1 << 17
 	capPSMultiResults   = 1 << 18
 	capPluginAuth       = 1 << 19
+	capConnectAttrs     = 1 << 20
 	capPluginAuthLenenc = 1 << 21
 	capSessionTrack     = 1 << 23
 	capDeprecateEOF     = 1 << 24
@@ -130,6 +131,11 @@ type wireOptions struct {
 	Timeout            time.Duration
 	Collation          byte // handshake character set (collation id); 0: utf8mb4_general_ci
 	NoPluginAuth       bool // leave CLIENT_PLUGIN_AUTH out: no plugin names in the handshake or COM_CHANGE_USER
+	// ExtraCaps are set and ClearCaps cleared in the capability flags
+	// sent, whatever the server offered (attacks on the proxy's
+	// capability handling); ExtCaps go into bytes 28-31 of the handshake
+	// response, MariaDB's extended capabilities (bits 32-63).
+	ExtraCaps, ClearCaps, ExtCaps uint32
 }
 
 // wireConn is one raw protocol connection.
@@ -253,6 +259,7 @@ func (w *wireConn) login() error {
 	if w.opts.TLS != nil {
 		caps |= capSSL // asked for even when not offered: the tests check that case
 	}
+	caps = (caps | w.opts.ExtraCaps) &^ w.opts.ClearCaps
 	w.caps = caps
 	seq := g.Seq + 1
 	fixed := make([]byte, 32)
@@ -262,6 +269,7 @@ func (w *wireConn) login() error {
 	if w.opts.Collation != 0 {
 		fixed[8] = w.opts.Collation
 	}
+	binary.LittleEndian.PutUint32(fixed[28:], w.opts.ExtCaps)
 	if w.opts.TLS != nil {
 		if err := w.writePacket(seq, fixed); err != nil {
 			return err
@@ -283,6 +291,9 @@ func (w *wireConn) login() error {
 	}
 	if caps&capPluginAuth != 0 {
 		resp = append(append(resp, "mysql_native_password"...), 0)
+	}
+	if caps&capConnectAttrs != 0 {
+		resp = append(resp, 0) // no attributes
 	}
 	if err := w.writePacket(seq, resp); err != nil {
 		return err
