@@ -254,7 +254,7 @@ fenced, not piped through.`,
 	about: `A response of a shape the walker does not model: a column count followed by a metadata flag (a
 COM_STMT_EXECUTE result under MariaDB's cache-metadata capability, which the proxy never lets a
 session have): the proxy does not wait for column definitions that never come; the client gets
-ERR 2013 and both connections close at once.`,
+the proxy's lost-connection error and both connections close at once.`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
