@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/integration/dbserver"
-	"github.com/fenceproxy/fenceproxy/integration/dbtest"
 	"github.com/fenceproxy/fenceproxy/lease"
 )
 
@@ -49,19 +48,7 @@ type protoEnv struct {
 
 func newProtoEnv(t *testing.T) *protoEnv {
 	t.Helper()
-	s := dbtest.Shared(t)
-	root := dbtest.Open(t, s.RootDSN(""))
-	var b [4]byte
-	rand.Read(b[:])
-	user := "fp_proto_" + hex.EncodeToString(b[:])
-	pw := "proto-Pw1"
-	env := "FP_TEST_PROTO_PW"
-	t.Setenv(env, pw)
-	mustExec(t, root, "CREATE USER '"+user+"'@'%' IDENTIFIED BY '"+pw+"'")
-	t.Cleanup(func() { root.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
-	mustExec(t, root, "GRANT SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* TO '"+user+"'@'%'")
-	e := newFencedEnv(t, envOptions{backend: []string{"user: " + user, "password_env: " + env}})
-	mustExec(t, e.root, "GRANT SELECT, INSERT, UPDATE ON `"+e.db+"`.fenced_job_leases TO '"+user+"'@'%'")
+	e := newFencedEnv(t, envOptions{account: true})
 	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-10', 10)")
 	l := e.acquire(t, "invoice:acme", 10*time.Minute)
 	pe := &protoEnv{fencedEnv: e, held: l}
