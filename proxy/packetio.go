@@ -331,8 +331,7 @@ func copyPacket(dst, src *packetConn, delta byte) (int, byte, error) {
 		}
 		first = b[headerLen]
 	}
-	h, _ := src.r.Peek(headerLen)
-	dst.hdr = [headerLen]byte{h[0], h[1], h[2], seq + delta}
+	dst.hdr = [headerLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq + delta}
 	if _, err := dst.w.Write(dst.hdr[:]); err != nil {
 		return 0, 0, dst.sideErr(err)
 	}
