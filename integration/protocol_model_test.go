@@ -505,3 +505,46 @@ func TestProtocolBinlogDumpWithoutPrivilege(t *testing.T) {
 func TestProtocolReportAttempts(t *testing.T) {
 	t.Logf("protocol bypass attempts so far: %d", attempts)
 }
+
+// TestProtocolMultiStatementsTiDB: on TiDB the session's
+// tidb_multi_statement_mode decides what a session without
+// CLIENT_MULTI_STATEMENTS gets: OFF (the default) TiDB's error 8130 and
+// nothing runs, byte for byte as directly; ON the packet runs, fenced.
+func TestProtocolMultiStatementsTiDB(t *testing.T) {
+	fe := newFencedEnv(t, envOptions{engine: engTiDB, account: true})
+	mustExec(t, fe.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-10', 10)")
+	l := fe.acquire(t, "invoice:acme", 10*time.Minute)
+	e := &protoEnv{fencedEnv: fe, held: l,
+		stale: fmt.Sprintf("SET @fence_lease = 'invoice:acme', @fence_owner = 'someone-else', @fence_token = %d", l.Token),
+		valid: fmt.Sprintf("SET @fence_lease = 'invoice:acme', @fence_owner = X'%x', @fence_token = %d", l.Owner, l.Token)}
+	want := e.invoices(t)
+	p := e.conn(t, false, wireOptions{DeprecateEOF: true})
+	d := e.conn(t, true, wireOptions{DeprecateEOF: true})
+	for _, w := range []*wireConn{d, p} {
+		w.mustQuery(t, e.valid)
+	}
+	q := "SELECT 1; INSERT INTO invoices (customer, period, amount) VALUES ('acme', '2027-04', 1)"
+	var got [2]wireResponse
+	for i, w := range []*wireConn{d, p} {
+		r, err := w.query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = r
+		e.unchanged(t, want, "a multi-statement packet on TiDB without the capability")
+	}
+	if got[0].String() != got[1].String() || got[0].err() == nil {
+		t.Fatalf("server answered\n%s proxy answered\n%s", got[0], got[1])
+	}
+	p.mustQuery(t, "SET tidb_multi_statement_mode = 'ON'")
+	p.mustQuery(t, e.stale)
+	if r, err := p.query(staleInsert + "; SELECT 1"); err != nil || r.err() != nil {
+		t.Fatalf("tidb_multi_statement_mode ON: %v %s", err, r)
+	}
+	e.unchanged(t, want, "a stale multi-statement packet on TiDB in mode ON")
+	p.mustQuery(t, e.valid)
+	p.mustQuery(t, q)
+	if n := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE period = '2027-04'"); n != "1" {
+		t.Fatalf("the valid INSERT of the packet in mode ON inserted %s rows", n)
+	}
+}
