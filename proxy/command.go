@@ -484,7 +484,8 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 		return nil // lease function arguments are short; long data is not used
 	}
 	c.x.started = true
-	ok := append([]byte{mysql.OK_HEADER, 0, 0}, byte(c.status), byte(c.status>>8), 0, 0)
+	st := c.ownStatus()
+	ok := append([]byte{mysql.OK_HEADER, 0, 0}, byte(st), byte(st>>8), 0, 0)
 	if _, err := c.client.writePacket(c.x.cmdSeq+1, ok); err != nil {
 		return err
 	}

@@ -20,7 +20,8 @@ import (
 // the same rule, over what the client saw (statements the proxy answers
 // itself and prepares it refused count), and sends the server the
 // statement's own id instead: the server then runs exactly the statement
-// the proxy decided on. MySQL and TiDB have no such id.
+// the proxy decided on. MySQL and TiDB have no such id: there the proxy
+// answers, as they would, that no statement has it.
 
 const (
 	// lastStmtID is MariaDB's id for the last prepared statement.
@@ -89,8 +90,12 @@ func (c *clientConn) resolveStmt(head []byte) (id uint32, ps *preparedStmt, none
 	if !ok {
 		return 0, nil, false
 	}
-	if id == lastStmtID && c.srv.Flavor == rewrite.MariaDB {
-		if !c.stmts.hasLast {
+	if id == lastStmtID {
+		// On MySQL and TiDB no statement has this id (they count from 1
+		// per session) and the server would answer that it knows none:
+		// the proxy answers so itself, so that a MariaDB server it did
+		// not recognise as such never resolves the id behind its back.
+		if c.srv.Flavor != rewrite.MariaDB || !c.stmts.hasLast {
 			return id, nil, true
 		}
 		id = c.stmts.last

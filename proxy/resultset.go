@@ -37,10 +37,16 @@ func (col column) definition() []byte {
 	return append(b, 0, 0, 0) // decimals, filler
 }
 
+// ownStatus is the status flags of a packet the proxy writes itself: the
+// session's, without SERVER_SESSION_STATE_CHANGED, which says session
+// state follows in the packet (a client reads it there), and the proxy's
+// packets carry none.
+func (c *clientConn) ownStatus() uint16 { return c.status &^ mysql.SERVER_SESSION_STATE_CHANGED }
+
 // terminator is the EOF packet (or, under CLIENT_DEPRECATE_EOF, the OK
 // packet with an 0xFE header) that ends column definitions or rows.
 func (c *clientConn) terminator(ok bool) []byte {
-	st := c.status &^ mysql.SERVER_MORE_RESULTS_EXISTS
+	st := c.ownStatus() &^ mysql.SERVER_MORE_RESULTS_EXISTS
 	if ok {
 		return binary.LittleEndian.AppendUint16(binary.LittleEndian.AppendUint16([]byte{mysql.EOF_HEADER, 0, 0}, st), 0)
 	}

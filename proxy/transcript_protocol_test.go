@@ -157,6 +157,24 @@ sending anything.`,
 		pingWorks(c)
 	},
 }, {
+	name: "last_statement_id_mysql",
+	about: `On MySQL (and TiDB) no statement has the id 0xFFFFFFFF: the proxy answers as the server would
+(1243), even with a statement prepared, and sends nothing, so that a MariaDB server the proxy took
+for MySQL never resolves the id to a statement the proxy did not decide on.`,
+	backend: "engine: mysql",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		c.send(0, append([]byte{mysql.COM_STMT_PREPARE}, guardedInsert...))
+		c.backendGets()
+		c.respond(pkt{payload: []byte{0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, label: "prepare OK"})
+		c.clientGetsAs("prepare OK")
+		last := execPkt(0)
+		binary.LittleEndian.PutUint32(last[1:], lastStmtID)
+		c.sendAs(0, last, "COM_STMT_EXECUTE stmt=0xffffffff")
+		c.clientGets()
+		pingWorks(c)
+	},
+}, {
 	name: "multi_statements_off",
 	about: `A session without CLIENT_MULTI_STATEMENTS sends a SELECT and a guarded INSERT in one packet: the
 proxy runs neither; the server prepares the text (which never runs it) and its parse error is the
@@ -229,6 +247,28 @@ packet one statement at a time with the guard.`,
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 		h.audit()
+		pingWorks(c)
+	},
+}, {
+	name: "own_packets_carry_no_session_state",
+	about: `After a server OK that says session state follows (SERVER_SESSION_STATE_CHANGED, here USE with
+session_track_schema), a packet the proxy writes itself (here the OK of COM_STMT_RESET of its own
+statement; its result sets' terminators and 0-row OKs take the same status) carries the session's
+status without that flag: it holds no session state, and a client reads state where the flag says.`,
+	backend: "engine: mariadb",
+	run: func(h *harness) {
+		c := h.login("A", loginOpts{db: "app"})
+		c.query("USE other")
+		c.backendGets()
+		st := okPkt(0, 0, stAuto|mysql.SERVER_SESSION_STATE_CHANGED, 0, "").payload
+		st = append(st, 0, 9, 1, 7, 5, 'o', 't', 'h', 'e', 'r', 0)
+		c.respond(pkt{payload: st, label: "=OK status=AUTOCOMMIT|SESSION_STATE_CHANGED, schema now other"})
+		c.clientGetsAs("=OK status=AUTOCOMMIT|SESSION_STATE_CHANGED, schema now other")
+		c.send(0, append([]byte{mysql.COM_STMT_PREPARE}, "SELECT fence_release()"...))
+		c.clientGetsAs("prepare OK")
+		c.clientGetsAs("column definition")
+		c.sendAs(0, stmtCmdPacket(mysql.COM_STMT_RESET, firstProxyStmtID), "COM_STMT_RESET of it")
+		c.clientGets()
 		pingWorks(c)
 	},
 }, {
