@@ -217,7 +217,9 @@ func (c *clientConn) refuseCommand(cmd byte, empty bool) error {
 	var msg string
 	switch {
 	case empty:
-		msg = "Unknown command: fenceproxy does not relay an empty command packet"
+		// Byte for byte the server's answer: there is no command to
+		// name, and nothing else to do.
+		msg = "Unknown command"
 	case code == erUnsupportedPS:
 		msg = fmt.Sprintf("This command is not supported in the prepared statement protocol yet: fenceproxy does not relay %s (0x%02X): %s",
 			spec.name, cmd, spec.why)
