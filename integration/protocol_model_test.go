@@ -456,6 +456,22 @@ func TestProtocolMultiStatements(t *testing.T) {
 	if got := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE period = '2027-03'"); got != "1" {
 		t.Fatalf("a valid fenced INSERT in a multi-statement packet inserted %s rows", got)
 	}
+	// Trailing ';' and spaces are stripped by the server before it reads a
+	// statement: without multi-statements `UPDATE ...;;` is one statement,
+	// fenced as one (stale: 0 rows; valid: it runs).
+	setOption(p, 1)
+	want = e.invoices(t)
+	for _, q := range []string{staleUpdate + ";;", staleUpdate + " ; ;\n"} {
+		p.mustQuery(t, e.stale)
+		if r, err := p.query(q); err != nil || r.err() != nil {
+			t.Fatalf("%q without multi-statements, stale: %v %s", q, err, r)
+		}
+		e.unchanged(t, want, fmt.Sprintf("%q without multi-statements, stale", q))
+	}
+	p.mustQuery(t, e.valid)
+	if r, err := p.query("UPDATE invoices SET amount = amount WHERE period = '2027-03';;"); err != nil || r.err() != nil {
+		t.Fatalf("trailing semicolons without multi-statements, valid: %v %s", err, r)
+	}
 }
 
 // TestProtocolBinlogDumpWithoutPrivilege: a session without REPLICATION

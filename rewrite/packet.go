@@ -172,6 +172,21 @@ func mapSpans(stmts []Stmt, edits []edit) {
 	}
 }
 
+// queryEnd is the length of src once the server has stripped its trailing
+// spaces and semicolons (my_isspace in ASCII-compatible character sets).
+func queryEnd(src []byte) int {
+	n := len(src)
+	for n > 0 {
+		switch src[n-1] {
+		case ' ', '\t', '\n', '\r', '\v', '\f', ';':
+			n--
+			continue
+		}
+		break
+	}
+	return n
+}
+
 // decideRest decides on the statements from pos on.
 func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 	out := restResult{blind: true}
@@ -200,7 +215,11 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 			return out
 		}
 		if len(toks) == 0 {
-			if final {
+			if final || end >= queryEnd(pc.src) {
+				// The server strips trailing spaces and ';' from the
+				// whole text before it reads any statement (alloc_query
+				// in sql_parse.cc): `UPDATE t SET v = 1;;` is one
+				// statement, with or without multi-statements.
 				break
 			}
 			// An empty statement between two ';': the server reports a
