@@ -304,6 +304,8 @@ func TestReadmeQuickStart(t *testing.T) {
 		{"config", "127.0.0.1:9033", admin},
 		{"config", "/var/log/fenceproxy/audit.jsonl", auditFile},
 		{"config", "user: fenceproxy", "user: " + proxyUser},
+		// The test's own account resets the row between runs, past the proxy.
+		{"config", "database_guard: triggers", "database_guard: triggers\n  database_guard_exempt: [" + rootCfg.User + "]"},
 		{"grants", "'fenceproxy'@", "'" + proxyUser + "'@"},
 		{"grants", "'app_worker'@", "'" + appUser + "'@"},
 		{"client", "-P 6033", "-P " + listenPort},
@@ -335,7 +337,10 @@ func TestReadmeQuickStart(t *testing.T) {
 		return cmd
 	}
 
-	// 1. fenceproxy init
+	// 1. the config, 2. fenceproxy init --config
+	if err := os.WriteFile(filepath.Join(dir, "fenceproxy.yaml"), []byte(text["config"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := shell(text["init"]).CombinedOutput(); err != nil {
 		t.Fatalf("step 1, %s: %v\n%s", strings.TrimSpace(blocks["init"].text), err, out)
 	}
@@ -345,7 +350,13 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	}
 
-	// 2. the accounts and grants, as an administrator
+	for _, table := range []string{"reconciliation_runs", "invoices"} {
+		if got := queryString(t, root, "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = ? AND TRIGGER_NAME LIKE 'fence\\_guard\\_%'", db, table); got != "3" {
+			t.Fatalf("fenceproxy init --config made %s guard triggers on %s.%s, want 3", got, db, table)
+		}
+	}
+
+	// 3. the accounts and grants, as an administrator
 	admDB := dbtest.Open(t, s.RootDSN(""))
 	for _, st := range splitSQL(text["grants"]) {
 		if _, err := admDB.Exec(st.text); err != nil {
@@ -353,10 +364,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	}
 
-	// 3. the config, 4. check-config and serve
-	if err := os.WriteFile(filepath.Join(dir, "fenceproxy.yaml"), []byte(text["config"]), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// 4. check-config and serve
 	serve := startReadmeServe(t, shell(text["serve"]), listen)
 	eventually(t, 10*time.Second, "'fenceproxy listening' in the log", func() bool {
 		return strings.Contains(serve.output(), "fenceproxy listening")
@@ -372,6 +380,14 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	if _, err := appDirect.Exec("SELECT COUNT(*) FROM fenced_job_leases"); err != nil {
 		t.Errorf("the Quick start's app account cannot read the lease table: %v", err)
+	}
+	// Past the proxy, the guard triggers refuse a write without a fence.
+	_, err = appDirect.Exec("UPDATE reconciliation_runs SET status = 'direct' WHERE id = 42")
+	if me := (*mysql.MySQLError)(nil); !errors.As(err, &me) || me.Number != 9100 {
+		t.Errorf("a direct write without a fence: %v, want the guard trigger's error 9100", err)
+	}
+	if got := queryString(t, root, "SELECT status FROM reconciliation_runs WHERE id = 42"); got == "direct" {
+		t.Error("a direct write without a fence landed")
 	}
 
 	stmts := splitSQL(text["sql"])
