@@ -54,7 +54,7 @@ type envOptions struct {
 	account bool
 }
 
-func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
+func newFencedEnv(t testing.TB, o envOptions) *fencedEnv {
 	t.Helper()
 	if o.engine == "" {
 		o.engine = engMariaDB
@@ -119,7 +119,7 @@ func newFencedEnv(t *testing.T, o envOptions) *fencedEnv {
 
 // sync waits until the proxy's backend has applied what was committed
 // elsewhere (on Galera: another node) before it returns.
-func (e *fencedEnv) sync(t *testing.T) {
+func (e *fencedEnv) sync(t testing.TB) {
 	t.Helper()
 	if e.other != e.root {
 		queryString(t, e.root, "SELECT 1")
@@ -128,7 +128,7 @@ func (e *fencedEnv) sync(t *testing.T) {
 
 // session is one app connection through the proxy (a single connection, so
 // that session variables and transactions stay on it).
-func (e *fencedEnv) session(t *testing.T, params ...string) *sql.Conn {
+func (e *fencedEnv) session(t testing.TB, params ...string) *sql.Conn {
 	t.Helper()
 	db := appDB(t, e.proxy, e.db, params...)
 	c, err := db.Conn(context.Background())
@@ -140,7 +140,7 @@ func (e *fencedEnv) session(t *testing.T, params ...string) *sql.Conn {
 }
 
 // setFence puts lease l into the session's fence variables.
-func setFence(t *testing.T, c *sql.Conn, l lease.Lease) {
+func setFence(t testing.TB, c *sql.Conn, l lease.Lease) {
 	t.Helper()
 	if _, err := c.ExecContext(context.Background(), "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", l.Name, l.Owner, l.Token); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func setFence(t *testing.T, c *sql.Conn, l lease.Lease) {
 }
 
 // acquire takes lease name for ttl directly on the database.
-func (e *fencedEnv) acquire(t *testing.T, name string, ttl time.Duration) lease.Lease {
+func (e *fencedEnv) acquire(t testing.TB, name string, ttl time.Duration) lease.Lease {
 	t.Helper()
 	l, err := e.store.Acquire(context.Background(), name, ttl)
 	if err != nil {
@@ -199,7 +199,7 @@ func (e *fencedEnv) auditRecords(t *testing.T) []audit.Record {
 }
 
 // queryString runs a one-value query directly.
-func queryString(t *testing.T, db *sql.DB, q string, args ...any) string {
+func queryString(t testing.TB, db *sql.DB, q string, args ...any) string {
 	t.Helper()
 	var s sql.NullString
 	if err := db.QueryRow(q, args...).Scan(&s); err != nil {
@@ -228,7 +228,7 @@ func tableDump(t *testing.T, db *sql.DB, table string) string {
 
 // newLeaseDB creates a database with the lease and audit tables and returns
 // it with an admin connection to it.
-func newLeaseDB(t *testing.T, s *dbserver.Server) (string, *sql.DB) {
+func newLeaseDB(t testing.TB, s *dbserver.Server) (string, *sql.DB) {
 	t.Helper()
 	db := dbtest.NewDatabase(t, s)
 	root := dbtest.Open(t, s.RootDSN(db))

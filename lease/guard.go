@@ -3,6 +3,7 @@ package lease
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A guard is the statement the proxy runs on a writer's own connection, in
@@ -59,8 +60,14 @@ const (
 // NULL, as the database compares them, the same comparisons as the
 // in-statement fence), the lease's current token, and what the session
 // presented, for audit records (the owner as a short hash only).
+//
+// The last two are when the lease ends: until, its expiry as a Unix time
+// (decimal seconds, independent of the session's time zone), which
+// Recheck compares with the database's clock after the write; and
+// remaining_us, the microseconds left by the database's clock when the
+// guard ran.
 var GuardColumns = []string{"vars_missing", "token_ok", "owner_ok", "live", "current_token",
-	"lease", "owner_hash", "presented_token"}
+	"lease", "owner_hash", "presented_token", "until", "remaining_us"}
 
 // Vars are the names of the session's fence variables (without '@').
 type Vars struct{ Lease, Owner, Token string }
@@ -83,8 +90,65 @@ type Guard struct {
 	VarsSQL string
 	// Classify (GuardAffected only) is a GuardRow guard's SQL: it reads
 	// the current lease row with a lock (not the transaction's snapshot)
-	// to say why the guard matched no row; read its rows with Read.
+	// to say why the guard matched no row, and, after a guard that held,
+	// the lease's expiry (Verdict.Until); read its rows with Read. It goes
+	// out with the guard, in the same write.
 	Classify string
+}
+
+// Recheck is the statement that, run right after the write in the
+// write's transaction, says whether the lease was still live when the
+// write had run: one row, 1 when it was. until is Verdict.Until of the
+// guard (the lease row stays locked from the guard to the commit, so its
+// expiry cannot have moved). The statement names no table: on MariaDB it
+// leaves the write's warnings in SHOW WARNINGS. It compares as the guard
+// does, the expiry against SYSDATE(3) in the session's time zone.
+func Recheck(until string) (string, bool) {
+	if !decimalLiteral(until) {
+		return "", false
+	}
+	return "SELECT FROM_UNIXTIME(" + until + ") > SYSDATE(3)", true
+}
+
+// RecheckHolds reads Recheck's rows.
+func RecheckHolds(rows [][]Field) bool {
+	return len(rows) == 1 && len(rows[0]) == 1 && !rows[0][0].Null && rows[0][0].S == "1"
+}
+
+// EarlierUntil returns the earlier of two Verdict.Until values ("" for
+// none): the write must have run before the first lease of several to
+// expire.
+func EarlierUntil(a, b string) string {
+	if a == "" {
+		return b
+	}
+	if b == "" {
+		return a
+	}
+	fa, ea := strconv.ParseFloat(a, 64)
+	fb, eb := strconv.ParseFloat(b, 64)
+	if ea != nil || eb != nil {
+		return ""
+	}
+	if fb < fa {
+		return b
+	}
+	return a
+}
+
+// decimalLiteral: digits with at most one '.', as UNIX_TIMESTAMP prints.
+func decimalLiteral(s string) bool {
+	dot := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+		case c == '.' && !dot && i > 0 && i < len(s)-1:
+			dot = true
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // GuardFor builds the guard for spec on engine e. The table and variable
@@ -111,6 +175,7 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 	b.WriteString(", fence_l.owner_token = " + r.owner)
 	b.WriteString(", fence_l.leased_until > SYSDATE(3), fence_l.fence_token, ")
 	b.WriteString(r.presented())
+	b.WriteString(", UNIX_TIMESTAMP(fence_l.leased_until), TIMESTAMPDIFF(MICROSECOND, SYSDATE(3), fence_l.leased_until)")
 	b.WriteString(" FROM " + r.from + " WHERE fence_l.lease_name = " + r.lease)
 	b.WriteString(lock)
 	g := Guard{
@@ -170,6 +235,14 @@ type Verdict struct {
 	// NeedVars: no lease row was found; run VarsSQL and ReadVars for the
 	// rest of the verdict.
 	NeedVars bool
+	// Until: the lease's expiry as a Unix time (see Recheck), "" when the
+	// row has none.
+	Until string
+	// Remaining: how long the lease had left when the guard ran, by the
+	// database's clock (negative: expired); RemainingKnown says whether
+	// the row said.
+	Remaining      time.Duration
+	RemainingKnown bool
 }
 
 // Read turns a GuardRow guard's rows into its verdict.
@@ -182,6 +255,14 @@ func (g Guard) Read(rows [][]Field) (Verdict, bool) {
 	}
 	r := rows[0]
 	v := presentedOf(r[5], r[6], r[7])
+	if !r[8].Null {
+		v.Until = r[8].S
+	}
+	if !r[9].Null {
+		if us, err := strconv.ParseInt(r[9].S, 10, 64); err == nil {
+			v.Remaining, v.RemainingKnown = time.Duration(us)*time.Microsecond, true
+		}
+	}
 	if !r[4].Null {
 		if t, err := strconv.ParseUint(r[4].S, 10, 64); err == nil {
 			v.CurrentToken = &t

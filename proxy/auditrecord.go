@@ -20,6 +20,25 @@ func (fg *fencing) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome 
 	}, rt)
 }
 
+// auditExpired records a guarded write that ran after its lease expired
+// (the recheck after it said so, or could not run: rerr).
+func (fg *fencing) auditExpired(rt *runtime, f *rewrite.Fence, v verdict, outcome string, rerr *backendError) {
+	detail := "the write ran after the lease expired by database time (the recheck right after it, in its " +
+		"transaction, found the lease expired), so it was undone"
+	switch {
+	case rerr != nil:
+		detail = "the recheck of the lease's expiry right after the write failed (" + rerr.Error() + "), so the write was undone"
+	case outcome == "committed":
+		detail = "the write ran after the lease expired by database time, under LOCK TABLES in autocommit mode, where it " +
+			"committed with its statement"
+	}
+	fg.writeAudit(audit.Record{
+		Reason: audit.Expired, Lease: v.lease, Table: v.table,
+		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
+		Digest: f.Digest, Outcome: outcome, Detail: detail,
+	}, rt)
+}
+
 // refuse answers a statement the rewriter refused, and audits it.
 func (fg *fencing) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
 	c := fg.c

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -136,12 +137,29 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		}
 		return c.sendError(erNotAllowed, "42000", "fenceproxy cannot build the lease check for this write: "+err.Error())
 	}
-	if wrap {
+	// In the client's transaction a savepoint goes before the guard, so
+	// that a write that outlives its lease can be undone alone. Not
+	// between the guard and the write: nothing of the proxy's may run
+	// there. On Galera a replicated write that aborts the transaction
+	// after the guard is reported to the next command, which must be the
+	// write (it then runs not at all); a statement of the proxy's would
+	// take the error, and the write would run on its own, outside the
+	// guard's transaction (measured: 24 stale commits in a 5 s race).
+	undo := !wrap && (c.inTransaction() || c.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0)
+	switch {
+	case wrap:
 		if err := c.queueOwn("START TRANSACTION"); err != nil {
 			return err
 		}
+	case undo:
+		if err := c.queueOwn("SAVEPOINT " + recheckSavepoint); err != nil {
+			return err
+		}
 	}
-	v, gerr, err := fg.runGuards(gs, ts, wrap)
+	// Everything the server does for this write, the guard's reading of
+	// the clock included, happens after this instant.
+	began := time.Now()
+	v, gerr, err := fg.runGuards(gs, ts, wrap || undo)
 	if err != nil {
 		return err
 	}
@@ -181,20 +199,145 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	}
 	fg.watchConflicts(rt, f, v)
 	c.testPanic(panicGuarded)
+	recheck, ok := lease.Recheck(v.until)
+	if !ok {
+		// A lease row without an expiry the proxy can read back: no
+		// recheck can say the write ran while it was live.
+		return c.backend.sideErr(malformed("lease guard returned the expiry %q", v.until))
+	}
 	if !wrap {
-		if err := send(); err != nil {
+		return fg.writeInTransaction(rt, f, v, t, send, recheck, began, undo)
+	}
+	return fg.writeWrapped(rt, f, v, t, send, recheck)
+}
+
+// Expiry at the write. The guard checks the lease before the write goes
+// out, and the write may then wait (for a row lock: measured, a guarded
+// INSERT blocked on a unique key by another transaction until after the
+// lease expired then landed, on MariaDB, Galera and TiDB; on TiDB and
+// Galera every write is guarded and their UPDATEs and DELETEs landed the
+// same way, while MariaDB's in-statement fences read the lease again
+// after the wait and matched no row: TestNoWriteAfterExpiry). The lease
+// row stays locked, so no takeover can commit in between, but the write
+// would take effect after the lease's expiry by database time. So the
+// lease is checked again after the write, in its transaction (Recheck:
+// the guard's expiry against SYSDATE(3)): always in the proxy's own
+// transaction, before its COMMIT; in the client's transaction when the
+// write's answer came late (writeInTransaction). A write that outlived
+// its lease is undone (the proxy's transaction rolled back, or the
+// client's rolled back to the savepoint set before the guard) and
+// answered as a rejected one. Recheck names no table, so MariaDB keeps
+// the write's warnings; on TiDB they are read before it (warnings.go).
+
+// recheckSavepoint is the savepoint the proxy sets in the client's
+// transaction right before a guarded write.
+const recheckSavepoint = "fenceproxy_write"
+
+// writeInTransaction sends a guarded write whose guard held inside the
+// client's transaction (or one the guard opened under autocommit=0), after
+// the savepoint set before the guard. The recheck goes out only when the
+// write's answer came so late that the lease may have ended meanwhile: an
+// extra statement in the client's transaction would set ROW_COUNT() (and
+// on TiDB empty SHOW WARNINGS), which the write's must be. The write ran,
+// by the database's clock, between the guard's reading of the clock and
+// the answer; that is at most the proxy's elapsed time since it sent the
+// guard (began), so a write answered within half the time the lease had
+// left cannot have outlived it (the other half covers a database clock
+// that steps forward meanwhile).
+func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string,
+	began time.Time, undo bool) error {
+	c := fg.c
+	// undo false: under LOCK TABLES in autocommit mode there is no
+	// transaction to undo the write in: it commits with its statement
+	// (nothing can hold its rows meanwhile: the client's table locks keep
+	// other sessions out).
+	if err := send(); err != nil {
+		return err
+	}
+	c.x.holdEnd = true
+	err := c.relayResults(t)
+	c.x.holdEnd = false
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(began)
+	if err := fg.auditDeferred(); err != nil {
+		return err
+	}
+	if c.x.held.p == nil {
+		return nil // the write failed; its ERR went out
+	}
+	if v.remainingKnown && elapsed < v.remaining/2 {
+		return c.writeHeld()
+	}
+	// Late: ask the database.
+	keep := c.srv.Flavor == rewrite.TiDB && !c.x.more
+	if keep {
+		if err := c.queueOwn("SHOW WARNINGS"); err != nil {
 			return err
 		}
-		return c.relayResults(t)
 	}
+	if err := c.queueOwn(recheck); err != nil {
+		return err
+	}
+	if err := c.backend.flush(); err != nil {
+		return err
+	}
+	kept, rows, rerr, err := fg.readAfterWrite(keep)
+	if err != nil {
+		return err
+	}
+	if rerr == nil && lease.RecheckHolds(toFields(rows)) {
+		fg.keepWarnings(kept, heldWarnings(c.x.held))
+		return c.writeHeld()
+	}
+	c.x.held.p = nil
+	if rerr != nil && fg.engineConflict(rerr.code) {
+		return fg.lostAfterWrite(rerr)
+	}
+	switch {
+	case undo:
+		if _, err := c.backendExec("ROLLBACK TO SAVEPOINT " + recheckSavepoint); err != nil {
+			if _, ok := err.(*backendError); !ok {
+				return err
+			}
+			undo = false
+		}
+	case c.inTransaction():
+		// No savepoint: the whole transaction goes, and the client hears
+		// so.
+		if _, err := c.backendExec("ROLLBACK"); err != nil {
+			if _, ok := err.(*backendError); !ok {
+				return err
+			}
+		}
+		fg.auditExpired(rt, f, v, "error", rerr)
+		return c.sendError(erSignal, "45000", v.expiredMessage()+"; the transaction was rolled back")
+	default:
+		// Committed already (LOCK TABLES, autocommit): say so.
+		fg.auditExpired(rt, f, v, "committed", rerr)
+		c.log().Warn("a guarded write under LOCK TABLES ran after its lease expired and committed with its statement", "table", v.table)
+		return c.sendError(erSignal, "45000", v.expiredMessage()+"; it ran under LOCK TABLES in autocommit mode and was committed")
+	}
+	return fg.rejectExpired(rt, f, v, rerr)
+}
+
+// writeWrapped sends a guarded autocommit write inside the transaction
+// the proxy opened for it: the write and the recheck in one round trip,
+// then COMMIT, or ROLLBACK when the write outlived its lease. The write's
+// final packet is held until the COMMIT succeeded and then shows the
+// status flags autocommit would (no SERVER_STATUS_IN_TRANS).
+func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string) error {
+	c := fg.c
 	// The transaction is the proxy's: it ends with this command.
 	defer func() { fg.fenced, fg.deferred = nil, nil }()
 	c.x.holdEnd, c.x.own = true, mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_STATUS_IN_TRANS_READONLY
 	defer func() { c.x.holdEnd, c.x.own = false, 0 }()
-	// TiDB's COMMIT empties SHOW WARNINGS (MariaDB's does not), so on TiDB
-	// the write's warnings are read before it, in the same flush, for the
-	// client's next SHOW WARNINGS (see warnings.go). Not for a statement
-	// of a packet that others follow: they would replace them.
+	// TiDB empties SHOW WARNINGS at every statement (MariaDB keeps them
+	// past the recheck and the COMMIT), so on TiDB the write's warnings
+	// are read right after it, in the same flush, for the client's next
+	// SHOW WARNINGS (see warnings.go). Not for a statement of a packet
+	// that others follow: they would replace them.
 	keep := c.srv.Flavor == rewrite.TiDB && !c.x.more
 	if err := send(); err != nil {
 		return err
@@ -204,7 +347,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 			return err
 		}
 	}
-	if err := c.queueOwn(commitOwn); err != nil {
+	if err := c.queueOwn(recheck); err != nil {
 		return err
 	}
 	if err := c.backend.flush(); err != nil {
@@ -214,24 +357,42 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		return err
 	}
 	c.x.holdEnd = false
-	var kept warnPackets
-	if keep {
-		var err error
-		if kept, err = c.readWarnings(); err != nil {
+	kept, rows, rerr, err := fg.readAfterWrite(keep)
+	if err != nil {
+		return err
+	}
+	live := rerr == nil && lease.RecheckHolds(toFields(rows))
+	if rerr != nil && fg.engineConflict(rerr.code) && c.x.held.p != nil {
+		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
+		c.x.held.p = nil
+		return fg.lostAfterWrite(rerr)
 	}
-	_, cerr := c.readOwn()
+	if c.x.held.p == nil || !live {
+		// The write failed (its ERR went out already), or it outlived its
+		// lease: nothing of it may commit.
+		if _, err := c.backendExec(rollbackOwn); err != nil {
+			if _, ok := err.(*backendError); !ok {
+				return err
+			}
+		}
+		if err := fg.auditDeferred(); err != nil {
+			return err
+		}
+		if c.x.held.p == nil {
+			fg.keepWarnings(kept, 0)
+			return nil
+		}
+		c.x.held.p = nil
+		return fg.rejectExpired(rt, f, v, rerr)
+	}
+	_, cerr := c.backendExec(commitOwn)
 	if _, ok := cerr.(*backendError); cerr != nil && !ok {
 		return cerr
 	}
-	if ft := fg.deferred; ft != nil {
-		// The write itself met the conflict; the COMMIT after it committed
-		// nothing.
-		fg.deferred = nil
-		if err := fg.auditConflict(ft.rt, ft.fence, ft.v, fg.deferredCode); err != nil {
-			return err
-		}
+	if err := fg.auditDeferred(); err != nil {
+		return err
 	}
 	if cerr != nil {
 		be := cerr.(*backendError)
@@ -244,35 +405,114 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		}
 		return c.sendError(be.code, be.state, be.msg)
 	}
-	if c.x.held.p == nil {
-		// The write failed, and its ERR went out already: SHOW WARNINGS
-		// names the error.
-		if kept != nil {
-			c.warn = &keptWarnings{pkts: kept, count: uint64(kept.rows())}
-		}
-		return nil
-	}
-	if n := heldWarnings(c.x.held); n > 0 && kept != nil {
-		c.warn = &keptWarnings{pkts: kept, count: uint64(n)}
-	}
+	fg.keepWarnings(kept, heldWarnings(c.x.held))
 	return c.writeHeld()
 }
 
-// runGuards sends the guards (after a queued START TRANSACTION when wrap)
-// and reads their verdict. gerr is the server's error for a guard that
+// lostAfterWrite answers a guarded write whose transaction an engine
+// conflict ended right after it (the recheck got Galera's 1213 or TiDB's
+// 9007): nothing of it will commit, and the client hears the engine's
+// error, as from its own next statement.
+func (fg *fencing) lostAfterWrite(be *backendError) error {
+	c := fg.c
+	c.statusStale = true
+	if err := fg.noteError(be.code); err != nil {
+		return err
+	}
+	return c.sendError(be.code, be.state, be.msg)
+}
+
+// readAfterWrite reads what follows a guarded write's response: TiDB's
+// SHOW WARNINGS (keep) and the recheck's rows, or the recheck's error.
+func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]value, rerr *backendError, err error) {
+	c := fg.c
+	if keep {
+		if kept, err = c.readWarnings(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	rows, err = c.readOwn()
+	if err != nil {
+		be, ok := err.(*backendError)
+		if !ok {
+			return nil, nil, nil, err
+		}
+		return kept, nil, be, nil
+	}
+	return kept, rows, nil, nil
+}
+
+// auditDeferred audits the engine conflict the write itself met, once the
+// statements queued behind it are read.
+func (fg *fencing) auditDeferred() error {
+	ft := fg.deferred
+	if ft == nil {
+		return nil
+	}
+	fg.deferred = nil
+	return fg.auditConflict(ft.rt, ft.fence, ft.v, fg.deferredCode)
+}
+
+// keepWarnings keeps TiDB's SHOW WARNINGS packets for the client's next
+// SHOW WARNINGS: n, the write's warning count, or the rows (after an ERR,
+// n 0).
+func (fg *fencing) keepWarnings(kept warnPackets, n uint16) {
+	if kept == nil {
+		return
+	}
+	count := uint64(n)
+	if n == 0 {
+		if fg.c.x.held.p != nil {
+			return // no warnings to keep
+		}
+		count = uint64(kept.rows())
+	}
+	fg.c.warn = &keptWarnings{pkts: kept, count: count}
+}
+
+// rejectExpired answers a guarded write that ran after its lease expired,
+// and was undone, as a rejected one (reason expired).
+func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr *backendError) error {
+	c := fg.c
+	if rt.policy.OnStale == onStaleError || f.Rows || c.x.started {
+		// An OK of 0 rows cannot follow rows already relayed.
+		fg.auditExpired(rt, f, v, "error", rerr)
+		return c.sendError(erSignal, "45000", v.expiredMessage())
+	}
+	fg.auditExpired(rt, f, v, "zero_rows", rerr)
+	return c.sendNoRows()
+}
+
+// runGuards sends the guards (after a queued START TRANSACTION or
+// SAVEPOINT when lead) and reads their verdict. gerr is the server's error for a guard that
 // could not run (lock wait timeout, deadlock, missing lease table); err a
 // failure of the connection.
-func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (v verdict, gerr *backendError, err error) {
+func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (v verdict, gerr *backendError, err error) {
 	c := fg.c
 	var first verdict
+	until := ""
+	var remaining time.Duration
+	known := true
 	for i, g := range gs {
 		if err := c.queueOwn(g.SQL); err != nil {
 			return v, nil, err
 		}
+		// Galera's guard is an UPDATE: the locking read of the row goes
+		// with it, for the expiry (or, when it matched no row, why).
+		// Not under autocommit=0, where that read after a guard that
+		// failed (a 1213 rolled the transaction back) would open a
+		// transaction of its own: there it waits for the guard's answer.
+		classify := g.Kind == lease.GuardAffected
+		ahead := classify && c.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0
+		if ahead {
+			if err := c.queueOwn(g.Classify); err != nil {
+				return v, nil, err
+			}
+		}
 		if err := c.backend.flush(); err != nil {
 			return v, nil, err
 		}
-		if wrap && i == 0 {
+		if lead && i == 0 {
 			if _, err := c.readOwn(); err != nil {
 				be, ok := err.(*backendError)
 				if !ok {
@@ -282,9 +522,20 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (
 			}
 		}
 		rows, err := c.readOwn()
+		if ahead {
+			crows, cerr := c.readOwn()
+			if _, ok := cerr.(*backendError); cerr != nil && !ok {
+				return v, nil, cerr
+			}
+			if err == nil && cerr != nil {
+				err = cerr
+			}
+			rows = crows
+		}
 		if gerr != nil {
-			// The guard ran outside the transaction that failed to start:
-			// its lock is gone already, whatever it found.
+			// The guard ran outside the transaction that failed to start
+			// (or that the savepoint found aborted): its lock is gone
+			// already, whatever it found.
 			if _, ok := err.(*backendError); err != nil && !ok {
 				return v, nil, err
 			}
@@ -297,11 +548,9 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (
 			}
 			return v, be, nil
 		}
-		if g.Kind == lease.GuardAffected {
-			if g.Holds(c.ownAffected) {
-				continue
-			}
-			// Why it matched no row: the current row, read with a lock.
+		held := classify && g.Holds(c.ownAffected)
+		if classify && !ahead {
+			// The current row, read with a lock.
 			if rows, err = c.backendQuery(g.Classify); err != nil {
 				be, ok := err.(*backendError)
 				if !ok {
@@ -312,6 +561,9 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (
 		}
 		gv, valid := g.Read(toFields(rows))
 		if valid && gv.NeedVars {
+			if held {
+				return v, nil, c.backend.sideErr(malformed("the lease row of a guard that held is gone"))
+			}
 			vr, err := c.backendQuery(g.VarsSQL)
 			if err != nil {
 				be, ok := err.(*backendError)
@@ -325,21 +577,32 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, wrap bool) (
 		if !valid {
 			return v, nil, c.backend.sideErr(malformed("lease guard returned %d rows", len(rows)))
 		}
-		v = verdictOf(gv, ts[i])
-		if g.Kind == lease.GuardAffected && !v.rejected() {
+		gvv := verdictOf(gv, ts[i])
+		switch {
+		case held:
+			// The guard decides; its row read says when the lease ends.
+			gvv.reason = ""
+		case classify && !gvv.rejected():
 			// The row changed between the guard and its reading; the guard
 			// decides, and a token can only have moved on.
-			v.reason = audit.StaleToken
+			gvv.reason = audit.StaleToken
 		}
-		if v.rejected() {
-			return v, nil, nil
+		if gvv.rejected() {
+			return gvv, nil, nil
+		}
+		until = lease.EarlierUntil(until, gvv.until)
+		if !gvv.remainingKnown {
+			known = false
+		} else if i == 0 || gvv.remaining < remaining {
+			remaining = gvv.remaining
 		}
 		if i == 0 {
-			first = v
+			first = gvv
 		}
 	}
 	// Reason "": the lease holds; the rest is what the first guard read,
-	// for a conflict's audit record.
+	// for a conflict's audit record, and the earliest expiry.
+	first.until, first.remaining, first.remainingKnown = until, remaining, known && len(gs) > 0
 	return first, nil, nil
 }
 

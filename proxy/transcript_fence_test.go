@@ -17,6 +17,20 @@ var guardCols = []col{
 	{"CAST(@fence_lease AS CHAR)", mysql.MYSQL_TYPE_VAR_STRING},
 	{"LEFT(SHA2(@fence_owner, 256), 16)", mysql.MYSQL_TYPE_VAR_STRING},
 	{"CAST(@fence_token AS CHAR)", mysql.MYSQL_TYPE_VAR_STRING},
+	{"UNIX_TIMESTAMP(fence_l.leased_until)", mysql.MYSQL_TYPE_NEWDECIMAL},
+	{"TIMESTAMPDIFF(MICROSECOND, SYSDATE(3), fence_l.leased_until)", mysql.MYSQL_TYPE_LONGLONG},
+}
+
+// recheckCols is the column of lease.Recheck's row, after the guard read
+// the expiry guardUntil.
+var recheckCols = []col{{"FROM_UNIXTIME(" + guardUntil + ") > SYSDATE(3)", mysql.MYSQL_TYPE_LONGLONG}}
+
+const guardUntil = "1796126183.460"
+
+// recheck answers the recheck after a guarded write: the lease was live
+// (live "1") or had expired ("0").
+func recheck(c *hconn, st uint16, live string) {
+	c.respond(c.resultSet(st, recheckCols, []string{live})...)
 }
 
 // classifyCols are the columns of the lease check after a 0-row write.
@@ -30,8 +44,11 @@ const ownerHash = "5e0d0c8b3a5b2f2c"
 // Guard rows: the lease holds at token 1; token 1 presented after a
 // takeover to 2.
 var (
-	guardHolds = []string{"0", "1", "1", "1", "1", "job", ownerHash, "1"}
-	guardStale = []string{"0", "0", "0", "1", "2", "job", ownerHash, "1"}
+	guardHolds = []string{"0", "1", "1", "1", "1", "job", ownerHash, "1", guardUntil, "29999000"}
+	guardStale = []string{"0", "0", "0", "1", "2", "job", ownerHash, "1", guardUntil, "29999000"}
+	// guardEnding: the lease holds with no time left to spare: a write
+	// after it is rechecked.
+	guardEnding = []string{"0", "1", "1", "1", "1", "job", ownerHash, "1", guardUntil, "0"}
 )
 
 // setFence sends the client's own SET of its fence variables (relayed as
@@ -42,16 +59,30 @@ func setFence(c *hconn, token string) {
 }
 
 // guardRound reads START TRANSACTION and the guard (one write) and answers
-// both; wrap false: the guard alone, inside the client's transaction.
+// both; wrap false: inside the client's transaction, the proxy's
+// SAVEPOINT and the guard.
 func guardRound(c *hconn, wrap bool, row []string) {
-	if wrap {
-		c.backendGets()
-	}
 	c.backendGets()
-	if wrap {
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-	}
+	c.backendGets()
+	c.respond(okPkt(0, 0, stInTrans, 0, ""))
 	c.respond(c.resultSet(stInTrans, guardCols, row)...)
+}
+
+// galeraGuardRound reads START TRANSACTION, Galera's guard (an UPDATE of
+// the write counter) and the locking read that goes with it (one write)
+// and answers them: affected "1", the lease holds (row: the read's row);
+// "0", it does not (no row: the session has no fence variables).
+func galeraGuardRound(c *hconn, affected string, row ...[]string) {
+	c.backendGets()
+	c.backendGets()
+	c.backendGets()
+	c.respond(okPkt(0, 0, stInTrans, 0, ""))
+	n := uint64(0)
+	if affected == "1" {
+		n = 1
+	}
+	c.respond(okPkt(n, 0, stInTrans, 0, rowsMatched(affected)))
+	c.respond(c.resultSet(stInTrans, guardCols, row...)...)
 }
 
 // rowsMatched is MariaDB's info of an UPDATE.
@@ -60,8 +91,9 @@ func rowsMatched(n string) string { return "Rows matched: " + n + "  Changed: " 
 var fenceCases = []transcriptCase{{
 	name: "held_ok_autocommit_insert",
 	about: `A guarded INSERT in autocommit mode: the proxy sends START TRANSACTION and the guard in one write,
-then the INSERT and COMMIT in one write; the INSERT's OK is held until the COMMIT succeeded and
-reaches the client with the INSERT's affected rows and insert id, and without IN_TRANS.`,
+then the INSERT and the recheck of the lease's expiry in one write, then COMMIT; the INSERT's OK is
+held until the COMMIT succeeded and reaches the client with the INSERT's affected rows and insert id,
+and without IN_TRANS.`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app", password: "secret"})
@@ -72,7 +104,9 @@ reaches the client with the INSERT's affected rows and insert id, and without IN
 		c.backendGets()
 		c.backendGets()
 		c.respond(okPkt(1, 5, stInTrans, 0, ""))
-		c.clientGetsNothingYet("the INSERT's OK is held: the COMMIT is not answered yet")
+		recheck(c, stInTrans, "1")
+		c.clientGetsNothingYet("the INSERT's OK is held: the lease was live after it; the COMMIT is not sent yet")
+		c.backendGets()
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 	},
@@ -89,6 +123,8 @@ held OK is dropped and the client gets the COMMIT's error in its place: nothing 
 		c.backendGets()
 		c.backendGets()
 		c.respond(okPkt(1, 5, stInTrans, 0, ""))
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(errPkt(1213, "40001", "Deadlock found when trying to get lock; try restarting transaction"))
 		c.response()
 		h.note("the next guarded write first learns the transaction state (an ERR carries no status flags)")
@@ -99,13 +135,19 @@ held OK is dropped and the client gets the COMMIT's error in its place: nothing 
 		c.backendGets()
 		c.backendGets()
 		c.respond(okPkt(1, 6, stInTrans, 0, ""))
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 	},
 }, {
 	name: "guarded_insert_in_transaction",
-	about: `A guarded INSERT inside the client's transaction: the guard runs first in that transaction, the
-INSERT's OK is relayed at once (IN_TRANS kept), and the client's COMMIT ends both.`,
+	about: `A guarded INSERT inside the client's transaction: the guard runs first in that transaction, after
+a savepoint of the proxy's (in the same write), then the INSERT; the INSERT's OK (IN_TRANS kept) goes out at once, as it
+came far within the time the lease had left, and the client's COMMIT ends all. When the lease had
+no time to spare, the proxy asks after the INSERT whether the lease was still live; here it had
+expired (the INSERT waited for a row lock, say): the proxy rolls back to its savepoint and answers
+0 rows, audited as expired.`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
@@ -116,6 +158,18 @@ INSERT's OK is relayed at once (IN_TRANS kept), and the client's COMMIT ends bot
 		c.backendGets()
 		c.respond(okPkt(1, 5, stInTrans, 0, ""))
 		c.response()
+		h.note("the next INSERT: the lease has no time to spare, and it outlives it")
+		c.query("INSERT INTO invoices (v) VALUES (8)")
+		guardRound(c, false, guardEnding)
+		c.backendGets()
+		c.respond(okPkt(1, 6, stInTrans, 0, ""))
+		c.clientGetsNothingYet("the INSERT's OK is held: the proxy asks whether the lease was live after it")
+		c.backendGets()
+		recheck(c, stInTrans, "0")
+		c.backendGets()
+		c.respond(okPkt(0, 0, stInTrans, 0, ""))
+		c.response()
+		h.audit()
 		c.relayed("COMMIT", okPkt(0, 0, stAuto, 0, ""))
 	},
 }, {
@@ -209,6 +263,8 @@ The sequence numbers continue across the statements as one response.`,
 		c.backendGets()
 		c.backendGets()
 		c.respond(okPkt(1, 7, stInTrans, 0, ""))
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.backendGets()
 		c.respond(c.resultSet(stAuto, []col{{"1", mysql.MYSQL_TYPE_LONGLONG}}, []string{"1"})...)
@@ -243,50 +299,42 @@ statement after it is never sent.`,
 	},
 }, {
 	name: "galera_conflict_at_commit",
-	about: `On Galera the guard bumps the lease row's write counter (1 row: the lease holds). The proxy's
-COMMIT loses certification (1213): the proxy reads the session's fence variables (the guard, an
-UPDATE, said nothing of them) for the record, the client gets the 1213, and one audit record says
-conflict, with the lease name from @fence_lease.`,
+	about: `On Galera the guard bumps the lease row's write counter (1 row: the lease holds), and the locking
+read of the lease row that goes with it gives the expiry and the fence context. The proxy's COMMIT
+loses certification (1213): the client gets the 1213, and one audit record says conflict, with the
+lease name from @fence_lease.`,
 	backend: "engine: galera",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		setFence(c, "1")
 		c.query("UPDATE invoices SET v = 2 WHERE id = 1")
-		c.backendGets()
-		c.backendGets()
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-		c.respond(okPkt(1, 0, stInTrans, 0, rowsMatched("1")))
+		galeraGuardRound(c, "1", guardHolds)
 		c.backendGets()
 		c.backendGets()
 		c.respond(okPkt(1, 0, stInTrans, 0, rowsMatched("1")))
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(errPkt(1213, "40001", "Deadlock found when trying to get lock; try restarting transaction"))
-		h.note("the guard that held said nothing of the fence context: the proxy reads it for the audit record first")
-		c.backendGets()
-		c.respond(c.resultSet(stAuto, strCols("missing", "lease", "owner", "token"), []string{"0", "job", ownerHash, "1"})...)
 		c.response()
 		h.audit()
 	},
 }, {
 	name: "galera_conflict_at_write_in_own_transaction",
-	about: `On Galera, an autocommit write the proxy wrapped in its own transaction meets 1213 itself,
-with the proxy's COMMIT already sent behind it: the COMMIT's answer is read first, then the session's
-fence variables for the record (reading them before would take the COMMIT's answer for theirs); the
+	about: `On Galera, an autocommit write the proxy wrapped in its own transaction meets 1213 itself, with
+the proxy's recheck already sent behind it: its answer is read first, then the proxy rolls back; the
 client gets the write's 1213, and one audit record says conflict, with the lease name.`,
 	backend: "engine: galera",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		setFence(c, "1")
 		c.query("UPDATE invoices SET v = 2 WHERE id = 1")
-		c.backendGets()
-		c.backendGets()
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-		c.respond(okPkt(1, 0, stInTrans, 0, rowsMatched("1")))
+		galeraGuardRound(c, "1", guardHolds)
 		c.backendGets()
 		c.backendGets()
 		c.respond(errPkt(1213, "40001", "Deadlock found when trying to get lock; try restarting transaction"))
-		c.respond(okPkt(0, 0, stAuto, 0, ""))
+		recheck(c, stAuto, "1")
 		c.backendGets()
-		c.respond(c.resultSet(stAuto, strCols("missing", "lease", "owner", "token"), []string{"0", "job", ownerHash, "1"})...)
+		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 		h.audit()
 	},
@@ -360,18 +408,13 @@ write changed nothing), and the record says conflict with outcome error.`,
 	},
 }, {
 	name: "galera_guard_rejects",
-	about: `On Galera a guard that changes no row is followed by the locking read that says why (here: the
-session has no fence variables), then ROLLBACK; the write is never sent.`,
+	about: `On Galera a guard that changes no row is followed, in the same write, by the locking read that
+says why (here: the session has no fence variables), then ROLLBACK; the write is never sent.`,
 	backend: "engine: galera",
 	run: func(h *harness) {
 		c := h.login("A", loginOpts{db: "app"})
 		c.query("INSERT INTO invoices (v) VALUES (1)")
-		c.backendGets()
-		c.backendGets()
-		c.respond(okPkt(0, 0, stInTrans, 0, ""))
-		c.respond(okPkt(0, 0, stInTrans, 0, rowsMatched("0")))
-		c.backendGets()
-		c.respond(c.resultSet(stInTrans, guardCols)...)
+		galeraGuardRound(c, "0")
 		c.backendGets()
 		c.respond(c.resultSet(stInTrans, strCols("missing", "lease", "owner", "token"), []string{"1", null, null, null})...)
 		c.backendGets()
@@ -476,6 +519,8 @@ IN_TRANS too, as MariaDB 10.11 sends it in autocommit (measured: fe 00 00 02 00)
 		c.backendGets()
 		c.backendGets()
 		c.respond(c.resultSet(stInTrans, []col{{"id", mysql.MYSQL_TYPE_LONG}}, []string{"5"})...)
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 		h.note("a lease function's result set in the same protocol")

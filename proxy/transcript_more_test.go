@@ -13,7 +13,7 @@ func execPkt(id byte) []byte { return []byte{mysql.COM_STMT_EXECUTE, id, 0, 0, 0
 var moreCases = []transcriptCase{{
 	name: "prepared_guarded_insert",
 	about: `A prepared INSERT is prepared as the client wrote it; each COM_STMT_EXECUTE in autocommit is
-guarded like the text form (START TRANSACTION + guard, EXECUTE + COMMIT, the OK held). A stale
+guarded like the text form (START TRANSACTION + guard, EXECUTE + recheck, COMMIT, the OK held). A stale
 guard: the proxy rolls back and drops the client's EXECUTE unsent, and answers 0 rows.`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
@@ -28,6 +28,8 @@ guard: the proxy rolls back and drops the client's EXECUTE unsent, and answers 0
 		c.backendGetsAs("COM_STMT_EXECUTE stmt=4")
 		c.backendGets()
 		c.respond(okPkt(1, 11, stInTrans, 0, ""))
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 		h.note("the lease was taken over meanwhile")
@@ -42,7 +44,7 @@ guard: the proxy rolls back and drops the client's EXECUTE unsent, and answers 0
 }, {
 	name: "tidb_conflicts",
 	about: `On TiDB a guarded autocommit write is wrapped even so; its COMMIT fails with 9007 (write
-conflict on the lease row): the held OK and the write's SHOW WARNINGS, read before the COMMIT,
+conflict on the lease row): the held OK and the write's SHOW WARNINGS, read right after it,
 are dropped, the client gets the 9007, and the record says conflict. A 9007 at the guard itself
 (it locks the lease row FOR UPDATE) is audited as a conflict too, and the write is never sent.`,
 	backend: "engine: tidb",
@@ -56,6 +58,8 @@ are dropped, the client gets the 9007, and the record says conflict. A 9007 at t
 		c.backendGets()
 		c.respond(okPkt(1, 5, stInTrans, 0, ""))
 		c.respond(c.tidbWarnings(stInTrans)...)
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(errPkt(9007, "HY000", "Write conflict, txnStartTS=1, conflictStartTS=2, conflictCommitTS=3, key=..., reason=optimistic [try again later]"))
 		c.response()
 		h.audit()

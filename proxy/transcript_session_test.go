@@ -29,6 +29,8 @@ the guard; DEALLOCATE forgets it.`,
 		c.backendGets()
 		c.backendGets()
 		c.respond(okPkt(1, 9, stInTrans, 0, ""))
+		recheck(c, stInTrans, "1")
+		c.backendGets()
 		c.respond(okPkt(0, 0, stAuto, 0, ""))
 		c.response()
 		c.relayed("DEALLOCATE PREPARE ins", okPkt(0, 0, stAuto, 0, ""))

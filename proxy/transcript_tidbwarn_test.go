@@ -46,8 +46,9 @@ func (c *hconn) tidbWarnings(status uint16, rows ...[]string) []pkt {
 
 // wrappedWrite runs a guarded autocommit write on TiDB whose lease holds:
 // the backend reads START TRANSACTION + guard, then the write, SHOW
-// WARNINGS and COMMIT in one write, and answers them with result, the
-// warnings and the COMMIT's OK.
+// WARNINGS and the recheck in one write, and answers them with result,
+// the warnings and the recheck's row; then COMMIT (ROLLBACK after a write
+// that failed).
 func wrappedWrite(c *hconn, sql string, result pkt, warnings []pkt) {
 	c.query(sql)
 	guardRound(c, true, guardHolds)
@@ -56,6 +57,8 @@ func wrappedWrite(c *hconn, sql string, result pkt, warnings []pkt) {
 	c.backendGets()
 	c.respond(result)
 	c.respond(warnings...)
+	recheck(c, stInTrans, "1")
+	c.backendGets()
 	c.respond(okPkt(0, 0, stAuto, 0, ""))
 	c.response()
 }
@@ -63,7 +66,8 @@ func wrappedWrite(c *hconn, sql string, result pkt, warnings []pkt) {
 var tidbWarnCases = []transcriptCase{{
 	name: "tidb_show_warnings_after_autocommit_write",
 	about: `On TiDB the COMMIT of the transaction the proxy wraps around an autocommit guarded write would
-empty SHOW WARNINGS: the proxy sends SHOW WARNINGS between the write and its COMMIT, and when the
+empty SHOW WARNINGS (and so would the recheck of the lease's expiry after the write): the proxy sends
+SHOW WARNINGS right after the write, and when the
 write's OK counts warnings (or the write fails) answers the client's next SHOW WARNINGS with
 TiDB's packets, status flags without IN_TRANS, and SHOW COUNT(*) WARNINGS with the OK's count (or
 the rows), as often as they are asked; any other command drops them, and SHOW WARNINGS goes to

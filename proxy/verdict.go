@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
@@ -18,6 +19,12 @@ type verdict struct {
 	presentedOwner string
 	presentedToken *uint64
 	currentToken   *uint64
+	// until: the lease's expiry the guard read (a Unix time, see
+	// lease.Recheck); of several leases, the earliest. remaining: how long
+	// it had left when the guard ran (remainingKnown: the guard said).
+	until          string
+	remaining      time.Duration
+	remainingKnown bool
 }
 
 func (v verdict) rejected() bool { return v.reason != "" }
@@ -31,6 +38,13 @@ func (v verdict) message() string {
 		audit.LeaseMissing:  "the lease does not exist",
 	}[v.reason]
 	return fmt.Sprintf("fenceproxy: stale write to %s rejected under lease '%s': %s", v.table, v.lease, why)
+}
+
+// expiredMessage is the error of a guarded write that ran after its lease
+// expired, and was undone.
+func (v verdict) expiredMessage() string {
+	return fmt.Sprintf("fenceproxy: stale write to %s rejected under lease '%s': the lease expired while the write ran "+
+		"(it waited, for a row lock or the network, past the lease's expiry), and the write was undone", v.table, v.lease)
 }
 
 func tokenString(t *uint64) string {
@@ -90,7 +104,8 @@ func leaseSpec(pol *policy.Policy, tg rewrite.Target) lease.GuardSpec {
 // package read.
 func verdictOf(lv lease.Verdict, tg rewrite.Target) verdict {
 	v := verdict{reason: string(lv.Reason), lease: tg.Lease, table: tg.Schema + "." + tg.Table,
-		presentedOwner: lv.PresentedOwner, presentedToken: lv.PresentedToken, currentToken: lv.CurrentToken}
+		presentedOwner: lv.PresentedOwner, presentedToken: lv.PresentedToken, currentToken: lv.CurrentToken, until: lv.Until,
+		remaining: lv.Remaining, remainingKnown: lv.RemainingKnown}
 	if tg.Lease == "" {
 		v.lease = lv.Lease
 	}
