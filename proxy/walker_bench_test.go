@@ -43,7 +43,7 @@ func BenchmarkWalkResultSet(b *testing.B) {
 		put(appendLenEncString(appendLenEncString(appendLenEncString(appendLenEncString(nil, "42"), "acme"), "10.00"), "2026-10"))
 	}
 	put([]byte{mysql.EOF_HEADER, 0, 0, 2, 0, 0, 0})
-	c := &clientConn{deprecateEOF: true}
+	c := &clientConn{p: &Proxy{}, deprecateEOF: true}
 	c.fence.c = c
 	c.backend = &packetConn{side: backendSide, r: bufio.NewReaderSize(&repeatReader{b: resp.Bytes()}, bufSize), w: bufio.NewWriter(io.Discard)}
 	c.client = &packetConn{side: clientSide, r: bufio.NewReader(bytes.NewReader(nil)), w: bufio.NewWriterSize(io.Discard, bufSize)}
