@@ -452,22 +452,6 @@ func (c *clientConn) pipe() error {
 	return err
 }
 
-func copyAll(dst, src *packetConn) error {
-	for {
-		if src.r.Buffered() == 0 {
-			if _, err := src.r.Peek(1); err != nil {
-				return src.sideErr(err)
-			}
-		}
-		if err := copyN(dst, src, src.r.Buffered()); err != nil {
-			return err
-		}
-		if err := dst.flush(); err != nil {
-			return err
-		}
-	}
-}
-
 // proxyStmtCommand handles CLOSE, SEND_LONG_DATA and RESET of a statement
 // the proxy owns.
 func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {

@@ -3,11 +3,13 @@ package proxy
 import (
 	"bufio"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // MySQL packets: a 3-byte little-endian payload length, a sequence number,
@@ -47,6 +49,9 @@ func malformed(format string, args ...any) error {
 type packetConn struct {
 	side side // whose connection this is, for errors
 	conn net.Conn
+	// sock is the connection as accepted or dialled, under any TLS: fixed
+	// for the connection's life, so that another goroutine may close it.
+	sock net.Conn
 	r    *bufio.Reader // nil while parked
 	w    *bufio.Writer // nil while parked
 	rw   io.ReadWriter // what r and w buffer: conn, or its raw socket
@@ -66,7 +71,7 @@ type packetConn struct {
 
 func newPacketConn(s side, c net.Conn) *packetConn {
 	rw := socketIO(c)
-	p := &packetConn{side: s, conn: c, rw: rw}
+	p := &packetConn{side: s, conn: c, sock: c, rw: rw}
 	p.waiter, _ = rw.(readyWaiter)
 	p.unpark()
 	return p
@@ -408,4 +413,163 @@ func (p *packetConn) upgradeTLS(tc *tls.Conn) error {
 	p.r.Reset(tc)
 	p.w.Reset(tc)
 	return nil
+}
+
+// Deadlines and closing act on the connection as it is now (TLS once
+// upgraded), from the goroutine that owns it or, for closing, any other.
+func (p *packetConn) setDeadline(t time.Time) error      { return p.conn.SetDeadline(t) }
+func (p *packetConn) setReadDeadline(t time.Time) error  { return p.conn.SetReadDeadline(t) }
+func (p *packetConn) setWriteDeadline(t time.Time) error { return p.conn.SetWriteDeadline(t) }
+func (p *packetConn) close() error                       { return p.conn.Close() }
+
+// closeSocket closes the socket under any TLS layer: safe from any
+// goroutine at any time (the admin endpoint's kill).
+func (p *packetConn) closeSocket() error { return p.sock.Close() }
+
+// remoteAddr is the peer's address as the socket has it (nil without one).
+func (p *packetConn) remoteAddr() net.Addr {
+	if p.sock == nil {
+		return nil
+	}
+	return p.sock.RemoteAddr()
+}
+
+// peekPrefix returns the next packet's header and up to k bytes of its
+// payload, in place (valid until the next read).
+func (p *packetConn) peekPrefix(k int) ([]byte, error) {
+	n, _, err := p.peekHeader()
+	if err != nil {
+		return nil, err
+	}
+	b, err := p.r.Peek(headerLen + min(n, k))
+	if err != nil {
+		return nil, p.sideErr(err)
+	}
+	return b, nil
+}
+
+// startsWith reports whether the first bytes that arrive, before any
+// packet is read, are prefix; false without waiting when nothing can be
+// read (a parked connection) or fewer bytes arrive.
+func (p *packetConn) startsWith(prefix []byte) bool {
+	if p.r == nil {
+		return false
+	}
+	b, err := p.r.Peek(len(prefix))
+	return err == nil && string(b) == string(prefix)
+}
+
+// packet returns the next packet, header included, whose payload of n
+// bytes the caller has seen fits the read buffer (peekPacket, peekKind):
+// valid until the next read; consume it with discard(headerLen+n).
+func (p *packetConn) packet(n int) ([]byte, error) {
+	b, err := p.r.Peek(headerLen + n)
+	if err != nil {
+		return nil, p.sideErr(err)
+	}
+	return b, nil
+}
+
+// peekKind waits for the next packet's header and first payload byte and
+// returns its payload length; first and small are set when the payload is
+// not empty, shorter than maxPayload and fits the read buffer, so that
+// packet(n) returns it whole. Nothing is consumed, and a large packet
+// (a row) is not waited for beyond its first byte.
+func (p *packetConn) peekKind() (n int, first byte, small bool, err error) {
+	n, _, err = p.peekHeader()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if n == 0 || n >= maxPayload || headerLen+n > p.r.Size() {
+		return n, 0, false, nil
+	}
+	b, err := p.r.Peek(headerLen + 1)
+	if err != nil {
+		return 0, 0, false, p.sideErr(err)
+	}
+	return n, b[headerLen], true, nil
+}
+
+// checkColumnDef fails unless the next packet starts as every column
+// definition does, with the catalog "def": a response whose definitions
+// are missing or fewer than its column count said fails here at once.
+func (p *packetConn) checkColumnDef() error {
+	if p.r.Buffered() >= headerLen+4 {
+		// The usual case, with no wait: the header and the catalog's
+		// length and name are in the buffer already.
+		b, _ := p.r.Peek(headerLen + 4)
+		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
+		if n >= 4 && n < maxPayload && binary.LittleEndian.Uint32(b[headerLen:]) == columnDefStart {
+			return nil
+		}
+		return p.sideErr(malformed("column definition"))
+	}
+	n, _, err := p.peekHeader()
+	if err != nil {
+		return err
+	}
+	if n < 4 || n >= maxPayload {
+		return p.sideErr(malformed("column definition of %d bytes", n))
+	}
+	b, err := p.r.Peek(headerLen + 4)
+	if err != nil {
+		return p.sideErr(err)
+	}
+	if binary.LittleEndian.Uint32(b[headerLen:]) != columnDefStart {
+		return p.sideErr(malformed("column definition"))
+	}
+	return nil
+}
+
+// columnDefStart is how every column definition starts: the catalog
+// "def" as a length-encoded string, read as a little-endian word.
+const columnDefStart = 3 | 'd'<<8 | 'e'<<16 | 'f'<<24
+
+// pendingWrite reports whether p holds written bytes not yet flushed.
+func (p *packetConn) pendingWrite() bool { return p.w != nil && p.w.Buffered() > 0 }
+
+// awaitData waits until something can be read, reading it into the buffer
+// (a parked connection waits with waitReadable instead), and returns the
+// read's error: a deadline, the end of the stream, a closed connection.
+func (p *packetConn) awaitData() error {
+	_, err := p.r.Peek(1)
+	return err
+}
+
+// copyAll copies bytes from src to dst as they arrive, unframed, until
+// either side fails (the replication stream).
+func copyAll(dst, src *packetConn) error {
+	for {
+		if src.r.Buffered() == 0 {
+			if _, err := src.r.Peek(1); err != nil {
+				return src.sideErr(err)
+			}
+		}
+		if err := copyN(dst, src, src.r.Buffered()); err != nil {
+			return err
+		}
+		if err := dst.flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// passLast writes to dst, as they are, the bytes src sent before it
+// closed (an ERR a server sends as it ends an idle session), waiting up to
+// wait for them when src was parked and read none, and up to wait for dst
+// to take them.
+func passLast(dst, src *packetConn, wait time.Duration) {
+	dst.unpark()
+	if src.parked() {
+		src.unpark()
+		src.conn.SetReadDeadline(time.Now().Add(wait))
+		src.r.Peek(1)
+	}
+	if n := src.r.Buffered(); n > 0 {
+		b, _ := src.r.Peek(n)
+		dst.conn.SetWriteDeadline(time.Now().Add(wait))
+		if _, err := dst.w.Write(b); err == nil {
+			dst.w.Flush()
+		}
+	}
 }

@@ -149,7 +149,7 @@ func (c *clientConn) relayPrepareResponse() (stmtID uint32, params uint16, ok bo
 			continue
 		}
 		for i := 0; i < int(k); i++ {
-			if err := c.checkColumnDef(); err != nil {
+			if err := c.backend.checkColumnDef(); err != nil {
 				return 0, 0, false, err
 			}
 			if _, err := c.relayPacket(); err != nil {

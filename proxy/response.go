@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
-
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
@@ -118,7 +116,7 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 		return 0, err
 	}
 	for i := uint64(0); i < cols; i++ {
-		if err := c.checkColumnDef(); err != nil {
+		if err := c.backend.checkColumnDef(); err != nil {
 			return 0, err
 		}
 		if err := h.meta(); err != nil {
@@ -144,43 +142,6 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 	}
 	return c.walkRows(h)
 }
-
-// checkColumnDef fails unless the next backend packet starts as every
-// column definition does, with the catalog "def": a response whose
-// definitions are missing or fewer than its column count said fails here
-// at once.
-func (c *clientConn) checkColumnDef() error {
-	r := c.backend.r
-	if r.Buffered() >= headerLen+4 {
-		// The usual case, with no wait: the header and the catalog's
-		// length and name are in the buffer already.
-		b, _ := r.Peek(headerLen + 4)
-		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
-		if n >= 4 && n < maxPayload && binary.LittleEndian.Uint32(b[headerLen:]) == columnDefStart {
-			return nil
-		}
-		return c.backend.sideErr(malformed("column definition"))
-	}
-	n, _, err := c.backend.peekHeader()
-	if err != nil {
-		return err
-	}
-	if n < 4 || n >= maxPayload {
-		return c.backend.sideErr(malformed("column definition of %d bytes", n))
-	}
-	b, err := r.Peek(headerLen + 4)
-	if err != nil {
-		return c.backend.sideErr(err)
-	}
-	if binary.LittleEndian.Uint32(b[headerLen:]) != columnDefStart {
-		return c.backend.sideErr(malformed("column definition"))
-	}
-	return nil
-}
-
-// columnDefStart is how every column definition starts: the catalog
-// "def" as a length-encoded string, read as a little-endian word.
-const columnDefStart = 3 | 'd'<<8 | 'e'<<16 | 'f'<<24
 
 // walkRows reads rows until the terminator (EOF, or OK with 0xFE) or an
 // ERR, and returns the terminator's status flags (0 after an ERR).
