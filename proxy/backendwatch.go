@@ -33,7 +33,7 @@ func (c *clientConn) startWatch() *backendWatch {
 		if parked {
 			err = c.backend.waitReadable()
 		} else {
-			_, err = c.backend.r.Peek(1)
+			err = c.backend.awaitData()
 		}
 		if err != nil && isTimeout(err) {
 			return // stopped: the client sent a command, or the wait ended
@@ -44,7 +44,7 @@ func (c *clientConn) startWatch() *backendWatch {
 		w.fired.Store(true)
 		c.mu.Lock()
 		if c.idle {
-			c.client.conn.SetReadDeadline(time.Now())
+			c.client.setReadDeadline(time.Now())
 		}
 		c.mu.Unlock()
 	}()
@@ -57,29 +57,16 @@ func (w *backendWatch) stop(c *clientConn) {
 	select {
 	case <-w.done:
 	default:
-		c.backend.conn.SetReadDeadline(time.Now())
+		c.backend.setReadDeadline(time.Now())
 		<-w.done
 	}
-	c.backend.conn.SetReadDeadline(time.Time{})
+	c.backend.setReadDeadline(time.Time{})
 }
 
 // backendGone passes on whatever the backend sent before it closed the idle
 // session (an error packet the client's library can show) and ends the
 // connection.
 func (c *clientConn) backendGone() error {
-	c.client.unpark()
-	if c.backend.parked() {
-		// The watch saw something arrive, and read none of it.
-		c.backend.unpark()
-		c.backend.conn.SetReadDeadline(time.Now().Add(time.Second))
-		c.backend.r.Peek(1)
-	}
-	if n := c.backend.r.Buffered(); n > 0 {
-		b, _ := c.backend.r.Peek(n)
-		c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		if _, err := c.client.w.Write(b); err == nil {
-			c.client.w.Flush()
-		}
-	}
+	passLast(c.client, c.backend, time.Second)
 	return errGone
 }
