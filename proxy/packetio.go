@@ -435,12 +435,9 @@ func (p *packetConn) remoteAddr() net.Addr {
 }
 
 // peekPrefix returns the next packet's header and up to k bytes of its
-// payload, in place (valid until the next read).
-func (p *packetConn) peekPrefix(k int) ([]byte, error) {
-	n, _, err := p.peekHeader()
-	if err != nil {
-		return nil, err
-	}
+// payload of n bytes (as peekHeader told), in place (valid until the next
+// read).
+func (p *packetConn) peekPrefix(n, k int) ([]byte, error) {
 	b, err := p.r.Peek(headerLen + min(n, k))
 	if err != nil {
 		return nil, p.sideErr(err)
