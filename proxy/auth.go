@@ -25,13 +25,13 @@ import (
 func (c *clientConn) handshake(rt *runtime) error {
 	cfg := rt.cfg
 	deadline := time.Now().Add(cfg.Timeouts.Handshake.D())
-	c.client.conn.SetDeadline(deadline)
+	c.client.setDeadline(deadline)
 
 	hs, err := c.connectBackend(cfg, deadline)
 	if err != nil {
 		return err
 	}
-	c.backend.conn.SetDeadline(deadline)
+	c.backend.setDeadline(deadline)
 	c.connID = hs.connID
 	c.scramble = hs.scramble
 	c.srv = parseServerVersion(hs.version)
@@ -152,12 +152,12 @@ func (c *clientConn) handshake(rt *runtime) error {
 	if err := c.sendEngineProbe(rt); err != nil {
 		return err
 	}
-	c.client.conn.SetDeadline(time.Time{})
+	c.client.setDeadline(time.Time{})
 	if c.probe == probeNone {
-		c.backend.conn.SetDeadline(time.Time{})
+		c.backend.setDeadline(time.Time{})
 	} else {
 		// finishEngineProbe reads the answer under the handshake's deadline.
-		c.backend.conn.SetWriteDeadline(time.Time{})
+		c.backend.setWriteDeadline(time.Time{})
 		c.probeDeadline = deadline
 	}
 	return nil
@@ -216,7 +216,7 @@ func (c *clientConn) checkHandshakeSeq(got, want byte) error {
 
 // sendInitialError answers a client that has not seen a handshake yet.
 func (c *clientConn) sendInitialError(msg string) {
-	c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	c.client.setWriteDeadline(time.Now().Add(time.Second))
 	c.client.writePacket(0, initialErrPayload(erBackendUnavailable, msg))
 	c.client.flush()
 }
