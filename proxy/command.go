@@ -172,9 +172,9 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		}
 		return 0, c.client.flush()
 	}
-	head, err := c.client.r.Peek(headerLen + min(n, 5))
+	head, err := c.client.peekPrefix(n, 5)
 	if err != nil {
-		return 0, c.client.sideErr(err)
+		return 0, err
 	}
 	cmd := head[headerLen]
 	c.noteCommand(cmd)
@@ -484,7 +484,7 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 // gets ERR 1153 as from a server's max_allowed_packet, and the connection
 // ends (the backend may have seen part of the packet).
 func (c *clientConn) refuseTooLarge() error {
-	c.client.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.client.setReadDeadline(time.Now().Add(10 * time.Second))
 	seq, err := c.client.skipPacket()
 	if err != nil {
 		return err
