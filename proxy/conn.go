@@ -258,7 +258,7 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 				deadline, early = at, true
 			}
 		}
-		c.client.conn.SetReadDeadline(deadline)
+		c.client.setReadDeadline(deadline)
 		c.mu.Lock()
 		// After an ERR the transaction state is unknown until asked: a
 		// drain wakes the wait, and drainable asks.
@@ -287,7 +287,7 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 		}
 		c.mu.Lock()
 		c.idle, c.parked = false, false
-		c.client.conn.SetReadDeadline(time.Time{})
+		c.client.setReadDeadline(time.Time{})
 		c.mu.Unlock()
 		if err == nil {
 			return nil
@@ -338,14 +338,14 @@ func (c *clientConn) wake() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.idle {
-		c.client.conn.SetReadDeadline(time.Now())
+		c.client.setReadDeadline(time.Now())
 	}
 }
 
 func (c *clientConn) forceClose() {
-	c.client.conn.Close()
+	c.client.close()
 	if c.backend != nil {
-		c.backend.conn.Close()
+		c.backend.close()
 	}
 }
 
@@ -398,15 +398,15 @@ func (c *clientConn) noteStatus(st uint16) {
 func (c *clientConn) close() {
 	if c.backend != nil {
 		if !c.quitSent {
-			c.backend.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			c.backend.setWriteDeadline(time.Now().Add(time.Second))
 			if _, err := c.backend.writePacket(0, []byte{mysql.COM_QUIT}); err == nil {
 				c.backend.flush()
 			}
 		}
-		c.backend.conn.Close()
+		c.backend.close()
 		c.flushCounters()
 	}
-	c.client.conn.Close()
+	c.client.close()
 }
 
 // abortCommand ends the connection after an error in a command. A backend failure
