@@ -99,9 +99,9 @@ func (c *clientConn) finishEngineProbe() error {
 	probe := c.probe
 	c.probe = probeNone
 	if now := time.Now(); !now.Before(c.probeDeadline) && c.probeTimeout > 0 {
-		c.backend.conn.SetReadDeadline(now.Add(c.probeTimeout))
+		c.backend.setReadDeadline(now.Add(c.probeTimeout))
 	}
-	defer c.backend.conn.SetReadDeadline(time.Time{})
+	defer c.backend.setReadDeadline(time.Time{})
 	if probe == probeWsrepVar {
 		rows, err := c.readOwn()
 		if err == nil {
