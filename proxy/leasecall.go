@@ -371,8 +371,8 @@ func (s sessionConn) Query(ctx context.Context, q string) ([][]string, error) {
 // is called.
 func (c *clientConn) deadlineFrom(ctx context.Context) func() {
 	if dl, ok := ctx.Deadline(); ok {
-		c.backend.conn.SetDeadline(dl)
-		return func() { c.backend.conn.SetDeadline(time.Time{}) }
+		c.backend.setDeadline(dl)
+		return func() { c.backend.setDeadline(time.Time{}) }
 	}
 	return func() {}
 }
