@@ -98,8 +98,8 @@ func (c *clientConn) recoverGoroutine(what string, done chan<- error) {
 	c.notePanic(v, what)
 	// The backend first: the connection's goroutine, which wakes when the
 	// client's side closes, then finds nothing to send a COM_QUIT into.
-	c.backend.conn.Close()
-	c.client.conn.Close()
+	c.backend.close()
+	c.client.close()
 	if done != nil {
 		done <- errPanicked
 	}
@@ -167,10 +167,10 @@ func answered(cmd string) bool {
 // waiting in the client's buffer.
 func (c *clientConn) sendPanicError() {
 	defer func() { recover() }() // the client's buffers may be what broke
-	if c.client.parked() || c.client.w.Buffered() > 0 {
+	if c.client.parked() || c.client.pendingWrite() {
 		return
 	}
-	c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	c.client.setWriteDeadline(time.Now().Add(time.Second))
 	msg := "Internal error: fenceproxy failed serving this command (logged as connection " + strconv.FormatUint(c.id, 10) +
 		"); the connection is closed and an open transaction rolled back"
 	if _, err := c.client.writePacket(c.x.cmdSeq+1, errPayload(erInternal, "HY000", msg)); err == nil {
