@@ -301,7 +301,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 		p.metrics.connectionsRejected[rejectMaxConnections].Inc()
 		// A server at max_connections answers with this ERR instead of a
 		// handshake; clients know it.
-		c.client.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		c.client.setWriteDeadline(time.Now().Add(time.Second))
 		c.client.writePacket(0, initialErrPayload(erConCount, "Too many connections"))
 		c.client.flush()
 		nc.Close()
