@@ -24,8 +24,7 @@ type clientConn struct {
 	id     uint64
 	lg     *slog.Logger // see log
 	client *packetConn
-	raw    net.Conn                 // the client's TCP connection, for kill
-	peer   atomic.Pointer[peerInfo] // the client's address when raw's is not it (peer.go)
+	peer   atomic.Pointer[peerInfo] // the client's address when its socket's is not it (peer.go)
 
 	connectedAt time.Time
 	acquired    lease.Lease // from the last fence_acquire, for /connections (Owner unused)
@@ -122,7 +121,7 @@ type clientConn struct {
 }
 
 func newClientConn(p *Proxy, nc net.Conn, id uint64) *clientConn {
-	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), raw: nc, connectedAt: time.Now()}
+	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), connectedAt: time.Now()}
 	c.fence.c = c
 	return c
 }
@@ -157,10 +156,10 @@ func (c *clientConn) remote() string {
 	if p := c.peer.Load(); p != nil {
 		return p.addr
 	}
-	if c.raw == nil {
+	if c.client == nil {
 		return ""
 	}
-	if a := c.raw.RemoteAddr(); a != nil {
+	if a := c.client.remoteAddr(); a != nil {
 		return a.String()
 	}
 	return ""

@@ -3,7 +3,6 @@ package proxy
 import (
 	"cmp"
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -53,7 +52,7 @@ type connState struct {
 	leaseUntil    time.Time
 	leaseTTL      time.Duration
 	backendConnID uint32
-	backend       net.Conn
+	backend       *packetConn
 	program       string
 }
 
@@ -92,7 +91,7 @@ func (c *clientConn) publish() {
 		c.pub.backendConnID = c.connID
 		c.pub.program = c.program
 		if c.backend != nil {
-			c.pub.backend = c.backend.conn
+			c.pub.backend = c.backend
 		}
 	}
 	c.pub.busy, c.pub.since = false, now
@@ -126,12 +125,12 @@ func (c *clientConn) info(now time.Time) ConnInfo {
 // kill closes both sides of the connection from outside its goroutine,
 // which then ends on its next read or write.
 func (c *clientConn) kill() {
-	c.raw.Close()
+	c.client.closeSocket()
 	c.mu.Lock()
 	b := c.pub.backend
 	c.mu.Unlock()
 	if b != nil {
-		b.Close()
+		b.close()
 	}
 }
 

@@ -445,15 +445,17 @@ func (p *packetConn) peekPrefix(n, k int) ([]byte, error) {
 	return b, nil
 }
 
-// startsWith reports whether the first bytes that arrive, before any
-// packet is read, are prefix; false without waiting when nothing can be
-// read (a parked connection) or fewer bytes arrive.
-func (p *packetConn) startsWith(prefix []byte) bool {
+// peekStart returns the next n bytes that arrive, framed or not, in
+// place; nil when fewer arrive, or at once when p is parked.
+func (p *packetConn) peekStart(n int) []byte {
 	if p.r == nil {
-		return false
+		return nil
 	}
-	b, err := p.r.Peek(len(prefix))
-	return err == nil && string(b) == string(prefix)
+	b, err := p.r.Peek(n)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // packet returns the next packet, header included, whose payload of n

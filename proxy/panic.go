@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"net"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -75,14 +76,14 @@ func (c *clientConn) recoverServe() {
 // identifyPeerIsolated is identifyPeer (the PROXY protocol header, before
 // serve) with a panic in it ending this connection only: false, and the
 // caller closes it (no backend connection exists yet).
-func (c *clientConn) identifyPeerIsolated(rt *runtime) (ok bool) {
+func (c *clientConn) identifyPeerIsolated(rt *runtime, nc net.Conn) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			c.notePanic(v, "proxy protocol header")
 			ok = false
 		}
 	}()
-	return c.identifyPeer(rt)
+	return c.identifyPeer(rt, nc)
 }
 
 // recoverGoroutine ends a panic on a goroutine the connection started

@@ -321,7 +321,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 			delete(p.conns, c)
 			p.mu.Unlock()
 		}()
-		if c.identifyPeerIsolated(rt) {
+		if c.identifyPeerIsolated(rt, nc) {
 			c.serve(rt)
 		} else {
 			c.close()

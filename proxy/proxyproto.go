@@ -201,12 +201,12 @@ func trusts(trusted []netip.Prefix, addr net.Addr) bool {
 // address does not say: a Unix socket's peer process, or the client a
 // trusted load balancer names in its PROXY header. false: the connection
 // was refused and must be closed.
-func (c *clientConn) identifyPeer(rt *runtime) bool {
-	if p := unixPeer(c.raw); p != "" {
+func (c *clientConn) identifyPeer(rt *runtime, nc net.Conn) bool {
+	if p := unixPeer(nc); p != "" {
 		c.setPeer(p, "")
 		return true
 	}
-	return c.acceptProxyHeader(rt)
+	return c.acceptProxyHeader(rt, nc)
 }
 
 // acceptProxyHeader reads the PROXY header of a connection from a trusted
@@ -214,17 +214,17 @@ func (c *clientConn) identifyPeer(rt *runtime) bool {
 // was refused (an ERR packet in place of the greeting says why) and must
 // be closed. Connections from other sources pass untouched:
 // refuseStrayProxyHeader catches their headers at the handshake.
-func (c *clientConn) acceptProxyHeader(rt *runtime) bool {
-	if !trusts(rt.trusted, c.raw.RemoteAddr()) {
+func (c *clientConn) acceptProxyHeader(rt *runtime, nc net.Conn) bool {
+	if !trusts(rt.trusted, nc.RemoteAddr()) {
 		return true
 	}
 	timeout := rt.cfg.Timeouts.Handshake.D()
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	c.raw.SetReadDeadline(time.Now().Add(timeout))
-	h, err := readProxyHeader(c.raw)
-	c.raw.SetReadDeadline(time.Time{})
+	nc.SetReadDeadline(time.Now().Add(timeout))
+	h, err := readProxyHeader(nc)
+	nc.SetReadDeadline(time.Time{})
 	if err != nil {
 		c.p.metrics.connectionsRejected[rejectProxyProtocol].Inc()
 		msg := "fenceproxy: malformed PROXY protocol header"
@@ -250,11 +250,8 @@ const msgProxyRefused = "connection refused: PROXY protocol"
 // as a handshake response of a few megabytes). Called before the
 // handshake response is read; reading it afterwards is harmless.
 func (c *clientConn) refuseStrayProxyHeader() error {
-	if c.client.r == nil {
-		return nil
-	}
-	b, err := c.client.r.Peek(4)
-	if err != nil || !bytes.Equal(b, proxyV1Sig[:4]) && !bytes.Equal(b, proxyV2Sig[:4]) {
+	b := c.client.peekStart(4)
+	if b == nil || !bytes.Equal(b, proxyV1Sig[:4]) && !bytes.Equal(b, proxyV2Sig[:4]) {
 		return nil
 	}
 	c.p.metrics.connectionsRejected[rejectProxyProtocol].Inc()
