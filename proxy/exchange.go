@@ -128,7 +128,7 @@ func (c *clientConn) sendNoRows() error {
 // holdBackendPacket copies the backend's next packet (payload of n bytes)
 // into the held packet instead of relaying it.
 func (c *clientConn) holdBackendPacket(n int) {
-	pkt, _ := c.backend.r.Peek(headerLen + n)
+	pkt, _ := c.backend.packet(n)
 	c.x.held.eof = false
 	c.x.held.seq = pkt[3]
 	c.x.held.p = append(c.x.held.p[:0], pkt[headerLen:]...)
