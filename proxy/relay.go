@@ -86,9 +86,9 @@ type resultHook interface {
 // record is written: the record may need a query of the proxy's own, so
 // the ERR is taken off the backend first.
 func (c *clientConn) relayConflict(n int, code uint16) error {
-	pkt, err := c.backend.r.Peek(headerLen + n)
+	pkt, err := c.backend.packet(n)
 	if err != nil {
-		return c.backend.sideErr(err)
+		return err
 	}
 	seq := pkt[3]
 	p := append([]byte(nil), pkt[headerLen:]...)
