@@ -69,9 +69,9 @@ type warnReader struct {
 }
 
 func (w *warnReader) peeked(n int) error {
-	pkt, err := w.c.backend.r.Peek(headerLen + n)
+	pkt, err := w.c.backend.packet(n)
 	if err != nil {
-		return w.c.backend.sideErr(err)
+		return err
 	}
 	w.pkts = append(w.pkts, bytes.Clone(pkt[headerLen:]))
 	w.c.takeBackendPacket(n)
