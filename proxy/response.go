@@ -147,20 +147,16 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 // ERR, and returns the terminator's status flags (0 after an ERR).
 func (c *clientConn) walkRows(h responseHandler) (uint16, error) {
 	for {
-		n, _, err := c.backend.peekHeader()
+		n, first, small, err := c.backend.peekKind()
 		if err != nil {
 			return 0, err
 		}
-		if n > 0 && n < maxPayload && headerLen+n <= c.backend.r.Size() {
-			pkt, err := c.backend.r.Peek(headerLen + 1)
-			if err != nil {
-				return 0, c.backend.sideErr(err)
-			}
-			switch pkt[headerLen] {
+		if small {
+			switch first {
 			case mysql.EOF_HEADER:
-				full, err := c.backend.r.Peek(headerLen + n)
+				full, err := c.backend.packet(n)
 				if err != nil {
-					return 0, c.backend.sideErr(err)
+					return 0, err
 				}
 				st, valid := eofStatus(full[headerLen:], c.deprecateEOF)
 				if !valid {
@@ -170,9 +166,9 @@ func (c *clientConn) walkRows(h responseHandler) (uint16, error) {
 				return st, h.setEnd(n, st, st&mysql.SERVER_MORE_RESULTS_EXISTS == 0)
 			case mysql.ERR_HEADER:
 				c.statusStale = true
-				full, err := c.backend.r.Peek(headerLen + n)
+				full, err := c.backend.packet(n)
 				if err != nil {
-					return 0, c.backend.sideErr(err)
+					return 0, err
 				}
 				return 0, h.err(full[headerLen:], n, true)
 			}
@@ -283,7 +279,7 @@ func (r *relayer) metaEnd(n int, _ uint16) error {
 		_, err := c.relayPacket()
 		return err
 	}
-	pkt, _ := c.backend.r.Peek(headerLen + n)
+	pkt, _ := c.backend.packet(n)
 	return c.relayMarked(pkt, n, true, false)
 }
 
@@ -304,7 +300,7 @@ func (r *relayer) setEnd(n int, st uint16, final bool) error {
 		c.x.held.eof = !c.deprecateEOF
 		return nil
 	case c.x.needsMarks():
-		pkt, _ := c.backend.r.Peek(headerLen + n)
+		pkt, _ := c.backend.packet(n)
 		return c.relayMarked(pkt, n, !c.deprecateEOF, final)
 	}
 	_, err := c.relayPacket()
