@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -156,6 +157,24 @@ func CheckSchema(ctx context.Context, db *sql.DB, cfg *policy.Config) (*SchemaCh
 			r.Errors = append(r.Errors, cfg.ErrorAt(lkey, fmt.Sprintf(
 				"the lease table %s.%s (for %s) does not exist%s: create it with `fenceproxy init --table %s.%s` (every fenced write to %s fails without it)",
 				ls, ln, t.Name, invisible, ls, ln, t.Name)))
+			continue
+		}
+		// Its definition: the fence's comparisons are only as good as the
+		// columns' types. A DATETIME leased_until follows SET time_zone (an
+		// expired lease reads as held in a session a few hours west), a
+		// case-insensitive lease_name folds names together, and a server
+		// with --sysdate-is-now lets SET timestamp move SYSDATE().
+		if err := lease.CheckSchema(ctx, db, ls+"."+ln); err != nil {
+			if !errors.Is(err, lease.ErrSchema) {
+				return nil, err
+			}
+			lkey := "fencing.lease_table"
+			if !strings.Contains(cfg.Fencing.LeaseTable, ".") {
+				lkey = key
+			}
+			r.Errors = append(r.Errors, cfg.ErrorAt(lkey, fmt.Sprintf(
+				"the lease table %s.%s (for %s) cannot fence: %s",
+				ls, ln, t.Name, strings.TrimPrefix(err.Error(), lease.ErrSchema.Error()+": "))))
 		}
 	}
 	return r, nil

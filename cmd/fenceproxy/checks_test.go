@@ -177,6 +177,23 @@ func TestCheckConfigConnectFindsUnprotectedTables(t *testing.T) {
 	if _, err := e.root.Exec("CREATE TABLE `" + other + "`.jobs (id INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
+	// Schemas whose lease tables look right and are not: a DATETIME expiry
+	// (SET time_zone moves it: a session a few hours west sees an expired
+	// lease as held, TestRedteamOperatorMistakes) and a case-insensitive
+	// lease name.
+	badLease := map[string]string{}
+	for name, def := range map[string]string{
+		"datetime": "lease_name VARCHAR(191) COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL, fence_token BIGINT UNSIGNED NOT NULL, leased_until DATETIME(3) NOT NULL",
+		"ci":       "lease_name VARCHAR(191) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, owner_token VARBINARY(64) NOT NULL, fence_token BIGINT UNSIGNED NOT NULL, leased_until TIMESTAMP(3) NOT NULL",
+	} {
+		s := dbtest.NewDatabase(t, e.srv)
+		badLease[name] = s
+		for _, q := range []string{"CREATE TABLE `" + s + "`.jobs (id INT PRIMARY KEY)", "CREATE TABLE `" + s + "`.fenced_job_leases (" + def + ") ENGINE=InnoDB"} {
+			if _, err := e.root.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	tests := []struct {
 		name   string
 		tables string
@@ -199,6 +216,12 @@ func TestCheckConfigConnectFindsUnprotectedTables(t *testing.T) {
 			[]string{"note: DB.invoices_2027 (line 9, created_later): not there yet; it is fenced from the moment it appears (closest existing name: DB.invoices)"}},
 		{"no lease table in the schema", "tables:\n  - name: " + other + ".jobs\n",
 			[]string{":8:11: tables[0].name: the lease table " + other + ".fenced_job_leases (for " + other + ".jobs) does not exist: create it with `fenceproxy init --table " + other + ".fenced_job_leases`"}, nil},
+		{"lease table with a DATETIME expiry", "tables:\n  - name: " + badLease["datetime"] + ".jobs\n",
+			[]string{":8:11: tables[0].name: the lease table " + badLease["datetime"] + ".fenced_job_leases (for " + badLease["datetime"] + ".jobs) cannot fence: " +
+				badLease["datetime"] + ".fenced_job_leases: leased_until is datetime(3), want timestamp(3) (a DATETIME moves with SET time_zone)"}, nil},
+		{"lease table with a case-insensitive lease name", "tables:\n  - name: " + badLease["ci"] + ".jobs\n",
+			[]string{":8:11: tables[0].name: the lease table " + badLease["ci"] + ".fenced_job_leases (for " + badLease["ci"] + ".jobs) cannot fence: " +
+				badLease["ci"] + ".fenced_job_leases: lease_name is utf8mb4/utf8mb4_general_ci, want utf8mb4/utf8mb4_bin"}, nil},
 		{"two mistakes, both reported", "tables:\n  - name: DB.invoice\n  - name: DB.v_invoices\n",
 			[]string{"2 problems", ":8:11: tables[0].name: DB.invoice does not exist", ":9:11: tables[1].name: DB.v_invoices is a view"}, nil},
 	}
