@@ -113,6 +113,46 @@ func (p *Proxy) catalogOptions(pol *policy.Policy) (*catalog.Closure, string) {
 	return c, stale
 }
 
+// checkProtectedTables compares the protected tables with the catalog's
+// last snapshot. A protected table renamed (or dropped and re-created
+// under another name) on the server keeps its rows under a name the policy
+// does not protect, and every write to it goes through unfenced, while the
+// proxy's own checks ran only at start and on reload. So each catalog read
+// says which protected tables it did not find: a log line when one goes
+// missing or comes back, and fenceproxy_protected_table_missing{table}.
+// Tables declared created_later may be missing. The caller holds updateMu.
+func (p *Proxy) checkProtectedTables(pol *policy.Policy) {
+	g := p.metrics.ProtectedTableMissing
+	st := p.catState.Load()
+	if p.catalog == nil || st == nil || st.Snapshot == nil {
+		g.Reset()
+		return
+	}
+	seen := make(map[string]bool, len(st.Snapshot.Tables))
+	for _, n := range st.Snapshot.Tables {
+		seen[tableKey(n.Schema, n.Name)] = true
+	}
+	missing := map[string]bool{}
+	g.Reset()
+	for _, t := range pol.Tables {
+		k := tableKey(t.Schema, t.Table)
+		v := 0.0
+		if !seen[k] && !t.CreatedLater {
+			missing[k] = true
+			v = 1
+			if !p.missing[k] {
+				p.logger.Error("a protected table is missing from the schema catalog: renamed or dropped on the server? "+
+					"Writes to the table it became are not fenced; rename it back, or protect the new name and reload",
+					"table", t.Schema+"."+t.Table)
+			}
+		} else if p.missing[k] {
+			p.logger.Info("a protected table is back in the schema catalog", "table", t.Schema+"."+t.Table)
+		}
+		g.WithLabelValues(t.Schema + "." + t.Table).Set(v)
+	}
+	p.missing = missing
+}
+
 // catalogFingerprint: prepared statements are decided again when what the
 // catalog fences changes.
 func catalogFingerprint(c *catalog.Closure, stale string) string {

@@ -36,7 +36,10 @@ type Metrics struct {
 	// DatabaseGuardMissing: 1 for a protected table whose guard triggers
 	// are missing or outdated (its writes are refused), 0 when current.
 	DatabaseGuardMissing *prometheus.GaugeVec
-	ConnectionPanics     prometheus.Counter
+	// ProtectedTableMissing: 1 for a protected table the last catalog
+	// read did not find (renamed or dropped on the server), 0 when found.
+	ProtectedTableMissing *prometheus.GaugeVec
+	ConnectionPanics      prometheus.Counter
 
 	// The schema catalog's health, read at scrape time from the proxy
 	// that set catalogSource (before that: no catalog).
@@ -131,6 +134,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "fenceproxy_database_guard_missing",
 		Help: "With fencing.database_guard: triggers, 1 for a protected table whose guard triggers are missing or outdated (writes to it are refused until fenceproxy init installs them), 0 when they are current."},
 		[]string{"table"})
+	m.ProtectedTableMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fenceproxy_protected_table_missing",
+		Help: "With the schema catalog, 1 for a protected table (not created_later) that the last catalog read did not find: renamed or dropped on the server, its rows may now be in a table the policy does not protect. 0 when found."},
+		[]string{"table"})
 	cat := func() (bool, bool, time.Time) {
 		if f := m.catalog.Load(); f != nil {
 			return (*f)()
@@ -186,7 +193,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,
 			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining,
-			m.DatabaseGuardMissing, m.ConnectionPanics, m.CertReloadOK, m.CertExpiry,
+			m.DatabaseGuardMissing, m.ProtectedTableMissing, m.ConnectionPanics, m.CertReloadOK, m.CertExpiry,
 			m.CatalogEnabled, m.CatalogReadable, m.CatalogLastSuccess)
 	}
 	return m

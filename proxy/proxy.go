@@ -57,6 +57,9 @@ type Proxy struct {
 	health   *healthCheck  // nil: no active backend check (see health.go)
 	catState atomic.Pointer[infoschema.State]
 	guard    dbGuard // guard triggers (dbguard.go); under updateMu
+	// missing: the protected tables the last catalog read did not find
+	// (catalog.go), by table key; under updateMu.
+	missing map[string]bool
 
 	backendAddr string
 	backendTLS  *tls.Config // nil: plain
@@ -218,6 +221,7 @@ func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 	cat, stale := p.catalogOptions(pol)
 	unguarded := p.unguarded(pol)
 	p.setGuardMetric(pol, unguarded)
+	p.checkProtectedTables(pol)
 	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale) + guardFingerprint(unguarded),
 		engine: newRewriter(pol, cfg.Limits, cat, stale), unguarded: unguarded, trusted: cfg.ProxyProtocol.Prefixes()}
 	if old := p.rt.Load(); old != nil {
