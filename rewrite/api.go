@@ -8,24 +8,17 @@
 // path that neither allocates nor parses.
 package rewrite
 
-// Flavor is the server family, learned from the handshake's version string.
-type Flavor uint8
+import "github.com/fenceproxy/fenceproxy/internal/sqlread"
+
+// Flavor is the server family, learned from the handshake's version
+// string: the tokenizer's, which reads each family's comments by its rules.
+type Flavor = sqlread.Flavor
 
 const (
-	MySQL Flavor = iota
-	MariaDB
-	TiDB
+	MySQL   = sqlread.MySQL
+	MariaDB = sqlread.MariaDB
+	TiDB    = sqlread.TiDB
 )
-
-func (f Flavor) String() string {
-	switch f {
-	case MariaDB:
-		return "mariadb"
-	case TiDB:
-		return "tidb"
-	}
-	return "mysql"
-}
 
 // Server is what the rewriter must know of the backend: its family decides
 // the fence shape, its version which executable comments are live.

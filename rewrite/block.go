@@ -1,5 +1,7 @@
 package rewrite
 
+import "github.com/fenceproxy/fenceproxy/internal/sqlread"
+
 // blockScanner reads the block structure of a compound statement or a
 // stored program body the way MariaDB's grammar does (sql_yacc.yy:
 // sp_proc_stmt and the rules under it, default and ORACLE), over the
@@ -251,13 +253,13 @@ func (sc *blockScanner) conditions(i int) int {
 			if sc.kw(i, "value") {
 				i++
 			}
-			if i >= sc.n() || sc.w.toks[i].kind != tkString {
+			if i >= sc.n() || sc.w.toks[i].Kind != sqlread.String {
 				return sc.fail(i, "SQLSTATE without a string")
 			}
 			i++
 		case sc.kw(i, "not") && sc.kw(i+1, "found"):
 			i += 2
-		case i < sc.n() && (sc.w.toks[i].kind == tkNumber || sc.w.isName(i)):
+		case i < sc.n() && (sc.w.toks[i].Kind == sqlread.Number || sc.w.isName(i)):
 			i++
 		default:
 			return sc.fail(i, "a handler condition fenceproxy cannot read")
@@ -342,7 +344,7 @@ func (sc *blockScanner) scanTo(i int, _ bool) int {
 // bareCall: ORACLE's procedure call without CALL: name [. name] [(...)].
 func (sc *blockScanner) bareCall(from, to int) bool {
 	i := from
-	if !sc.w.isName(i) || sc.w.toks[i].kind == tkWord && innerKinds[lowerASCII(string(sc.w.text(i)))] {
+	if !sc.w.isName(i) || sc.w.toks[i].Kind == sqlread.Word && innerKinds[lowerASCII(string(sc.w.text(i)))] {
 		return false
 	}
 	i++
@@ -458,7 +460,7 @@ func (sc *blockScanner) routineBody(i int) int {
 	}
 	for sc.why == "" {
 		switch {
-		case w.kw(i, "comment") && i+1 < sc.n() && w.toks[i+1].kind == tkString:
+		case w.kw(i, "comment") && i+1 < sc.n() && w.toks[i+1].Kind == sqlread.String:
 			i += 2
 		case w.kw(i, "language") && w.kw(i+1, "sql"):
 			i += 2

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
@@ -156,14 +157,14 @@ func (in *stmtIn) isName(i int) bool {
 	if i < 0 || i >= len(in.toks) {
 		return false
 	}
-	k := in.toks[i].kind
-	return k == tkWord || k == tkQuotedIdent
+	k := in.toks[i].Kind
+	return k == sqlread.Word || k == sqlread.QuotedIdent
 }
 
 // identName is token i's name: unquoted, quotes undoubled.
 func (in *stmtIn) identName(i int) string {
 	b := in.text(i)
-	if in.toks[i].kind != tkQuotedIdent || len(b) < 2 {
+	if in.toks[i].Kind != sqlread.QuotedIdent || len(b) < 2 {
 		return string(b)
 	}
 	q := b[0]

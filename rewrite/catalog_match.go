@@ -1,6 +1,10 @@
 package rewrite
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+)
 
 // nameSet holds the catalog's names for the fast path, which checks the
 // identifiers the lexer reads (it lexes every statement anyway) instead of
@@ -97,10 +101,10 @@ func isASCII(s string) bool {
 // of the set's names, or cannot be judged here (a byte >= 0x80). high: sql
 // has a byte >= 0x80 somewhere (hasHigh); without one, no identifier needs
 // to be searched for such bytes.
-func (s *nameSet) identMatters(sql []byte, t token, high bool) bool {
-	b := sql[t.start:t.end]
+func (s *nameSet) identMatters(sql []byte, t sqlread.Token, high bool) bool {
+	b := sql[t.Start:t.End]
 	var q byte
-	if t.kind == tkQuotedIdent {
+	if t.Kind == sqlread.QuotedIdent {
 		if len(b) < 2 {
 			return true
 		}

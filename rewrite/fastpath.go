@@ -1,5 +1,7 @@
 package rewrite
 
+import "github.com/fenceproxy/fenceproxy/internal/sqlread"
+
 // The fast path decides, without parsing and without allocating, that a
 // packet cannot matter to the proxy: it names no protected table, calls no
 // lease function, has no identifier that is a catalog object's name, and
@@ -26,18 +28,18 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 	// Built-in names (IN, VALUES, COUNT, NOW ...) spelled as the server
 	// takes them for built-ins stay on the fast path.
 	stale := e.staleCalls(mode.server)
-	var prev token
+	var prev sqlread.Token
 	for {
-		t, ok := lx.next()
+		t, ok := lx.Next()
 		if !ok {
 			break
 		}
-		if cat && (t.kind == tkWord || t.kind == tkQuotedIdent) && e.catSet.identMatters(sql, t, high) {
+		if cat && (t.Kind == sqlread.Word || t.Kind == sqlread.QuotedIdent) && e.catSet.identMatters(sql, t, high) {
 			return false
 		}
 		if stale {
-			if t.kind == tkOp && sql[t.start] == '(' && (prev.kind == tkWord || prev.kind == tkQuotedIdent) &&
-				(prev.kind == tkQuotedIdent || prev.afterDot || !builtinCall(sql[prev.start:prev.end], false, prev.end == t.start)) {
+			if t.Kind == sqlread.Op && sql[t.Start] == '(' && (prev.Kind == sqlread.Word || prev.Kind == sqlread.QuotedIdent) &&
+				(prev.Kind == sqlread.QuotedIdent || prev.AfterDot || !builtinCall(sql[prev.Start:prev.End], false, prev.End == t.Start)) {
 				return false
 			}
 			prev = t
@@ -47,35 +49,35 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 				return false
 			}
 			atStart = false
-			if t.kind == tkWord && eqFold(sql[t.start:t.end], "start") {
+			if t.Kind == sqlread.Word && eqFold(sql[t.Start:t.End], "start") {
 				// START TRANSACTION; START SLAVE and the like are refused.
-				n, ok := lx.next()
-				if !ok || !(n.kind == tkWord && eqFold(sql[n.start:n.end], "transaction")) {
+				n, ok := lx.Next()
+				if !ok || !(n.Kind == sqlread.Word && eqFold(sql[n.Start:n.End], "transaction")) {
 					return false
 				}
 				continue
 			}
-			if t.kind == tkWord && eqFold(sql[t.start:t.end], "begin") {
+			if t.Kind == sqlread.Word && eqFold(sql[t.Start:t.End], "begin") {
 				// BEGIN and BEGIN WORK start a transaction; BEGIN NOT
 				// ATOMIC (and, in Oracle mode, BEGIN ...) a compound
 				// statement the slow path must see.
-				n, ok := lx.next()
-				if ok && !(n.kind == tkOp && sql[n.start] == ';') &&
-					!(n.kind == tkWord && eqFold(sql[n.start:n.end], "work")) {
+				n, ok := lx.Next()
+				if ok && !(n.Kind == sqlread.Op && sql[n.Start] == ';') &&
+					!(n.Kind == sqlread.Word && eqFold(sql[n.Start:n.End], "work")) {
 					return false
 				}
-				if ok && n.kind == tkOp && sql[n.start] == ';' {
+				if ok && n.Kind == sqlread.Op && sql[n.Start] == ';' {
 					atStart = true
 				}
 			}
 			continue
 		}
-		if t.kind == tkOp && t.end-t.start == 1 && sql[t.start] == ';' {
+		if t.Kind == sqlread.Op && t.End-t.Start == 1 && sql[t.Start] == ';' {
 			atStart = true
 		}
 	}
 	// The server might read the text differently: let the slow path judge.
-	return lx.issue == ""
+	return lx.Issue() == ""
 }
 
 // fastLeading reports whether a statement that starts with t can take the
@@ -84,15 +86,15 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 // CREATE and ALTER (stored programs may hide dynamic SQL), LOCK and FLUSH
 // (the proxy tracks table locks), compound statements and anything unusual
 // go to the slow path.
-func fastLeading(sql []byte, t token) bool {
-	switch t.kind {
-	case tkOp:
-		return sql[t.start] == '('
-	case tkWord:
+func fastLeading(sql []byte, t sqlread.Token) bool {
+	switch t.Kind {
+	case sqlread.Op:
+		return sql[t.Start] == '('
+	case sqlread.Word:
 	default:
 		return false
 	}
-	w := sql[t.start:t.end]
+	w := sql[t.Start:t.End]
 	switch len(w) {
 	case 2:
 		return eqFold(w, "do")

@@ -1,6 +1,10 @@
 package rewrite
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+)
 
 // The fence reads the session's fence variables while the write runs. A
 // write that assigns one of them itself (`@fence_token := (SELECT
@@ -28,12 +32,12 @@ func (in *stmtIn) assignsFenceVar() (string, bool) {
 			if i == 0 {
 				return unclear, true
 			}
-			switch in.toks[i-1].kind {
-			case tkUserVar:
+			switch in.toks[i-1].Kind {
+			case sqlread.UserVar:
 				if name, fence := in.fenceVarAt(i - 1); fence {
 					return name, true
 				}
-			case tkWord, tkQuotedIdent:
+			case sqlread.Word, sqlread.QuotedIdent:
 				// A column: UPDATE t SET c := 1, INSERT ... SET c := 1.
 			default:
 				return unclear, true
@@ -43,7 +47,7 @@ func (in *stmtIn) assignsFenceVar() (string, bool) {
 				if in.op(j, ",") {
 					continue
 				}
-				if in.toks[j].kind != tkUserVar {
+				if in.toks[j].Kind != sqlread.UserVar {
 					break
 				}
 				if name, fence := in.fenceVarAt(j); fence {

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
@@ -44,7 +45,7 @@ func (in *stmtIn) forwardTokens() (stmtRes, bool) {
 	for i := range in.toks {
 		t := in.toks[i]
 		switch {
-		case t.kind == tkWord || t.kind == tkSysVar || t.kind == tkQuotedIdent:
+		case t.Kind == sqlread.Word || t.Kind == sqlread.SysVar || t.Kind == sqlread.QuotedIdent:
 		default:
 			continue
 		}
@@ -67,7 +68,7 @@ func (in *stmtIn) forwardTokens() (stmtRes, bool) {
 			return in.refuse("", "setting "+name+" to anything but a local storage engine through fenceproxy is refused: "+
 				"a table created without ENGINE= would then take an engine that may write its rows elsewhere (FEDERATED, "+
 				"CONNECT, SPIDER), which fenceproxy cannot fence"+forwardFix), true
-		case name == "engine" && t.kind == tkWord && !t.afterDot:
+		case name == "engine" && t.Kind == sqlread.Word && !t.AfterDot:
 			j := i + 1
 			if in.op(j, "=") {
 				j++
@@ -76,12 +77,12 @@ func (in *stmtIn) forwardTokens() (stmtRes, bool) {
 				return in.refuse("", "ENGINE="+v+" writes a table's rows over a connection of its own (possibly to a "+
 					"protected table) that fenceproxy cannot fence"+forwardFix), true
 			}
-		case name == "connection" && t.kind == tkWord && !t.afterDot:
+		case name == "connection" && t.Kind == sqlread.Word && !t.AfterDot:
 			j := i + 1
 			if in.op(j, "=") {
 				j++
 			}
-			if j < len(in.toks) && (in.toks[j].kind == tkString || in.toks[j].kind == tkNString) {
+			if j < len(in.toks) && (in.toks[j].Kind == sqlread.String || in.toks[j].Kind == sqlread.NString) {
 				return in.refuse("", "a table with CONNECTION= forwards its rows to another server, or back to this one, "+
 					"over a connection that fenceproxy cannot fence"+forwardFix), true
 			}
@@ -96,10 +97,10 @@ func (in *stmtIn) engineValue(j int) (string, bool) {
 	if j < 0 || j >= len(in.toks) {
 		return "", false
 	}
-	switch in.toks[j].kind {
-	case tkWord, tkQuotedIdent:
+	switch in.toks[j].Kind {
+	case sqlread.Word, sqlread.QuotedIdent:
 		return in.identName(j), true
-	case tkString:
+	case sqlread.String:
 		b := in.text(j)
 		if len(b) >= 2 {
 			return unquoteIdent(b), true

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
@@ -72,20 +73,20 @@ func FuzzTokenize(f *testing.F) {
 		last := 0
 		covered := make([]bool, len(src))
 		for n := 0; ; n++ {
-			tk, ok := lx.next()
+			tk, ok := lx.Next()
 			if !ok {
 				break
 			}
 			if n > len(src)+1 {
 				t.Fatalf("lexer does not advance")
 			}
-			if tk.start < last || tk.end <= tk.start || tk.end > len(src) {
-				t.Fatalf("bad token [%d,%d) after %d in %q", tk.start, tk.end, last, sql)
+			if tk.Start < last || tk.End <= tk.Start || tk.End > len(src) {
+				t.Fatalf("bad token [%d,%d) after %d in %q", tk.Start, tk.End, last, sql)
 			}
-			for i := tk.start; i < tk.end; i++ {
+			for i := tk.Start; i < tk.End; i++ {
 				covered[i] = true
 			}
-			last = tk.end
+			last = tk.End
 		}
 		if len(norm) != len(src) {
 			t.Fatalf("normalized length %d != %d", len(norm), len(src))
@@ -95,7 +96,7 @@ func FuzzTokenize(f *testing.F) {
 				if norm[i] != src[i] {
 					t.Fatalf("token byte %d changed in normalization of %q", i, sql)
 				}
-			} else if !isSpace(norm[i]) {
+			} else if !sqlread.IsSpace(norm[i]) {
 				t.Fatalf("byte %d (%q) outside tokens not blanked in %q", i, norm[i], sql)
 			}
 		}
@@ -136,12 +137,12 @@ func FuzzRewrite(f *testing.F) {
 			}
 			lx := newLexer(d.SQL, mode, nil)
 			for {
-				if _, ok := lx.next(); !ok {
+				if _, ok := lx.Next(); !ok {
 					break
 				}
 			}
-			if lx.issue != "" && !modeChanges {
-				t.Fatalf("sent text lexes with an issue (%s): %q", lx.issue, d.SQL)
+			if lx.Issue() != "" && !modeChanges {
+				t.Fatalf("sent text lexes with an issue (%s): %q", lx.Issue(), d.SQL)
 			}
 			known := true
 			for _, s := range d.Stmts {
@@ -172,18 +173,18 @@ func FuzzRewrite(f *testing.F) {
 				depth := 0
 				analyze := false
 				for n := 0; ; n++ {
-					tk, ok := plx.next()
+					tk, ok := plx.Next()
 					if !ok {
 						break
 					}
-					switch w := string(part[tk.start:tk.end]); {
+					switch w := string(part[tk.Start:tk.End]); {
 					case n == 0 && strings.EqualFold(w, "analyze") && srv.Flavor == MariaDB:
 						analyze = true
 						fallthrough
 					case analyze && !(strings.EqualFold(w, "update") || strings.EqualFold(w, "delete") ||
 						strings.EqualFold(w, "insert") || strings.EqualFold(w, "replace")):
 						// MariaDB's ANALYZE prefix: the parser does not read it.
-						for i := tk.start; i < tk.end; i++ {
+						for i := tk.Start; i < tk.End; i++ {
 							norm[i] = ' '
 						}
 						continue
@@ -193,11 +194,11 @@ func FuzzRewrite(f *testing.F) {
 						depth++
 					case w == ")":
 						depth--
-					case depth == 0 && tk.kind == tkWord && strings.EqualFold(w, "returning") && srv.Flavor == MariaDB:
+					case depth == 0 && tk.Kind == sqlread.Word && strings.EqualFold(w, "returning") && srv.Flavor == MariaDB:
 						// MariaDB's RETURNING: the parser does not read it.
-						norm = norm[:tk.start]
+						norm = norm[:tk.Start]
 					}
-					if len(norm) <= tk.start {
+					if len(norm) <= tk.Start {
 						break
 					}
 				}
@@ -227,15 +228,15 @@ func oracleWrite(e *Engine, sql string, mode lexMode, schema string) string {
 	norm := []byte(sql)
 	lx := newLexer([]byte(sql), mode, norm)
 	for {
-		tk, ok := lx.next()
+		tk, ok := lx.Next()
 		if !ok {
 			break
 		}
-		if tk.kind == tkOp && sql[tk.start] == ';' && strings.TrimSpace(string(norm[tk.end:])) != "" {
+		if tk.Kind == sqlread.Op && sql[tk.Start] == ';' && strings.TrimSpace(string(norm[tk.End:])) != "" {
 			return "" // several statements: not this oracle's business
 		}
 	}
-	if lx.issue != "" {
+	if lx.Issue() != "" {
 		return ""
 	}
 	n, err := parseOne(strings.TrimSuffix(strings.TrimSpace(string(norm)), ";"), mode)
@@ -277,50 +278,6 @@ func oracleWrite(e *Engine, sql string, mode lexMode, schema string) string {
 	return ""
 }
 
-// FuzzScanString: the string and quoted-identifier scans (IndexByte) end
-// where a byte-by-byte reading of the server's rules ends, and report the
-// same unterminated texts.
-func FuzzScanString(f *testing.F) {
-	for _, s := range []string{`'a\'b'c`, `'a''b'`, `"x\\"`, "`a``b`c", `'\`, `'abc`, `''`, `'\''`, `'a\\'b'`} {
-		f.Add(s, uint8(0))
-		f.Add(s, uint8(2))
-	}
-	f.Fuzz(func(t *testing.T, s string, flags uint8) {
-		if s == "" || s[0] != '\'' && s[0] != '"' && s[0] != '`' {
-			return
-		}
-		mode := lexMode{noBackslash: flags&2 != 0}
-		q := s[0]
-		lx := newLexer([]byte(s), mode, nil)
-		if q == '`' {
-			lx.scanQuoted(q)
-		} else {
-			lx.scanString(q)
-		}
-		pos, issue := refScan(s, q, q != '`' && !mode.noBackslash)
-		if lx.pos != pos || (lx.issue != "") != issue {
-			t.Fatalf("%q (flags %d): end %d issue %q, byte-by-byte end %d unterminated %v", s, flags, lx.pos, lx.issue, pos, issue)
-		}
-	})
-}
-
-func refScan(s string, q byte, backslash bool) (int, bool) {
-	for p := 1; p < len(s); p++ {
-		switch {
-		case backslash && s[p] == '\\':
-			p++
-		case s[p] == q && p+1 < len(s) && s[p+1] == q:
-			p++
-		case s[p] == q:
-			return p + 1, false
-		}
-	}
-	return len(s), true
-}
-
-// FuzzCatalogFastPath: a statement the fast path passes with the catalog
-// (catalog_test.go's testSnapshot) is one whose full decision the catalog
-// does not change: the slow path decides it with the catalog exactly as
 // without one (unless the parser cannot read it, see below).
 func FuzzCatalogFastPath(f *testing.F) {
 	seeds := fuzzSeeds(f)

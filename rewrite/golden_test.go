@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 )
 
 // Golden files: rewrite/testdata/*.golden. Each case:
@@ -391,11 +393,11 @@ func countParams(sql []byte, mode lexMode) int {
 	lx := newLexer(sql, mode, nil)
 	n := 0
 	for {
-		tk, ok := lx.next()
+		tk, ok := lx.Next()
 		if !ok {
 			return n
 		}
-		if tk.kind == tkParam {
+		if tk.Kind == sqlread.Param {
 			n++
 		}
 	}

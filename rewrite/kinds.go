@@ -1,5 +1,7 @@
 package rewrite
 
+import "github.com/fenceproxy/fenceproxy/internal/sqlread"
+
 // The closed list of statement kinds. Every statement the servers accept
 // starts with one of the words below (MariaDB 10.11's sql_yacc.yy: the
 // verb_clause, begin_stmt_mariadb and compound_statement rules, in both
@@ -197,18 +199,18 @@ func (in *stmtIn) kind() (k *stmtKind, lead string) {
 	t := in.toks[0]
 	lead = string(in.text(0))
 	switch {
-	case (t.kind == tkWord || t.kind == tkQuotedIdent) && in.op(1, ":"):
+	case (t.Kind == sqlread.Word || t.Kind == sqlread.QuotedIdent) && in.op(1, ":"):
 		return kindIndex[":"], lead
-	case t.kind == tkOp && (lead == "(" || lead == "<<"):
+	case t.Kind == sqlread.Op && (lead == "(" || lead == "<<"):
 		return kindIndex[lead], lead
-	case t.kind != tkWord:
+	case t.Kind != sqlread.Word:
 		return nil, lead
 	}
 	k = kindIndex[lowerASCII(lead)]
 	if k == nil {
 		return nil, lead
 	}
-	if len(in.toks) > 1 && in.toks[1].kind == tkWord {
+	if len(in.toks) > 1 && in.toks[1].Kind == sqlread.Word {
 		second := lowerASCII(string(in.text(1)))
 		for i := range k.sub {
 			if k.sub[i].lead == second {

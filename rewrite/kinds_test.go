@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 )
 
 // TestStatementKindsClosed: every statement kind the rewriter relays is a
@@ -90,7 +92,7 @@ func TestStatementKindsClosed(t *testing.T) {
 	}
 	for _, w := range words {
 		src := []byte(w + " x")
-		if !fastLeading(src, token{start: 0, end: len(w), kind: tkWord}) {
+		if !fastLeading(src, sqlread.Token{Start: 0, End: len(w), Kind: sqlread.Word}) {
 			continue
 		}
 		k := kindIndex[w]

@@ -1,6 +1,10 @@
 package rewrite
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+)
 
 // The SQL lease functions are answered by the proxy, so they may only
 // appear in the one shape the proxy can answer on its own:
@@ -28,10 +32,10 @@ var leaseFuncs = [...]struct {
 // function (its name followed by '('), or -1.
 func (in *stmtIn) leaseMention() int {
 	for i, t := range in.toks {
-		if t.kind != tkWord || !in.op(i+1, "(") {
+		if t.Kind != sqlread.Word || !in.op(i+1, "(") {
 			continue
 		}
-		if leaseFuncIndex(in.pc.src[t.start:t.end]) >= 0 {
+		if leaseFuncIndex(in.pc.src[t.Start:t.End]) >= 0 {
 			return i
 		}
 	}
@@ -55,7 +59,7 @@ func (in *stmtIn) leaseCall(i int) stmtRes {
 	k := leaseFuncIndex(in.text(i))
 	f := leaseFuncs[k]
 	bad := in.refuse("", "call "+f.name+" alone, as "+f.usage+" (optionally AS alias), one statement per query")
-	if i != 1 || !in.kw(0, "select") || in.toks[i].afterDot {
+	if i != 1 || !in.kw(0, "select") || in.toks[i].AfterDot {
 		return bad
 	}
 	closeIdx := in.closeParen(i + 1)
@@ -104,12 +108,12 @@ func (in *stmtIn) leaseCall(i int) stmtRes {
 	}
 	if j < len(in.toks) {
 		t := in.toks[j]
-		switch t.kind {
-		case tkWord:
+		switch t.Kind {
+		case sqlread.Word:
 			call.Column = string(in.text(j))
-		case tkQuotedIdent:
+		case sqlread.QuotedIdent:
 			call.Column = unquoteIdent(in.text(j))
-		case tkString:
+		case sqlread.String:
 			call.Column = unquoteString(in.text(j), in.st.mode.noBackslash)
 		default:
 			return bad
@@ -124,27 +128,27 @@ func (in *stmtIn) leaseCall(i int) stmtRes {
 // leaseArg reads one argument at token j.
 func (in *stmtIn) leaseArg(j, limit int) (Arg, int, bool) {
 	t := in.toks[j]
-	switch t.kind {
-	case tkParam:
+	switch t.Kind {
+	case sqlread.Param:
 		if !in.pc.prepare {
 			return Arg{}, 0, false
 		}
 		return Arg{Placeholder: true}, j + 1, true
-	case tkString:
+	case sqlread.String:
 		var b strings.Builder
-		for j < limit && in.toks[j].kind == tkString {
+		for j < limit && in.toks[j].Kind == sqlread.String {
 			b.WriteString(unquoteString(in.text(j), in.st.mode.noBackslash))
 			j++
 		}
 		return Arg{String: b.String()}, j, true
-	case tkNumber:
+	case sqlread.Number:
 		return Arg{String: string(in.text(j)), IsNumber: true}, j + 1, true
-	case tkWord:
+	case sqlread.Word:
 		if eqFold(in.text(j), "null") {
 			return Arg{Null: true}, j + 1, true
 		}
-	case tkOp:
-		if (in.op(j, "-") || in.op(j, "+")) && j+1 < limit && in.toks[j+1].kind == tkNumber {
+	case sqlread.Op:
+		if (in.op(j, "-") || in.op(j, "+")) && j+1 < limit && in.toks[j+1].Kind == sqlread.Number {
 			return Arg{String: string(in.text(j)) + string(in.text(j+1)), IsNumber: true}, j + 2, true
 		}
 	}
@@ -160,9 +164,9 @@ func (in *stmtIn) columnText(from, to int) string {
 	for k := from; k <= to; k++ {
 		t := in.toks[k]
 		if k > from {
-			writeGap(&b, src[in.toks[k-1].end:t.start])
+			writeGap(&b, src[in.toks[k-1].End:t.Start])
 		}
-		b.Write(src[t.start:t.end])
+		b.Write(src[t.Start:t.End])
 	}
 	return b.String()
 }
@@ -171,7 +175,7 @@ func (in *stmtIn) columnText(from, to int) string {
 func writeGap(b *strings.Builder, gap []byte) {
 	lastSpace := func() bool {
 		s := b.String()
-		return len(s) > 0 && isSpace(s[len(s)-1])
+		return len(s) > 0 && sqlread.IsSpace(s[len(s)-1])
 	}
 	for p := 0; p < len(gap); {
 		var end int
@@ -197,7 +201,7 @@ func writeGap(b *strings.Builder, gap []byte) {
 		if end > len(gap) {
 			end = len(gap)
 		}
-		if !lastSpace() && !(end < len(gap) && isSpace(gap[end])) {
+		if !lastSpace() && !(end < len(gap) && sqlread.IsSpace(gap[end])) {
 			b.WriteByte(' ')
 		}
 		p = end

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 
 	"github.com/fenceproxy/fenceproxy/lease"
@@ -86,7 +87,7 @@ func (in *stmtIn) leaseIn(n ast.Node) *policy.Table {
 // names (in any schema: over-matching only refuses more), or nil.
 func (in *stmtIn) leaseIdent() *policy.Table {
 	for i, t := range in.toks {
-		if t.kind != tkWord && t.kind != tkQuotedIdent {
+		if t.Kind != sqlread.Word && t.Kind != sqlread.QuotedIdent {
 			continue
 		}
 		name, _ := in.identAt(i)
@@ -175,7 +176,7 @@ func (in *stmtIn) lockTablesStmt() stmtRes {
 				return unreadable()
 			}
 			alias, i = a, i+2
-		} else if !in.lockWord(i) && (i < len(in.toks) && (in.toks[i].kind == tkWord || in.toks[i].kind == tkQuotedIdent)) {
+		} else if !in.lockWord(i) && (i < len(in.toks) && (in.toks[i].Kind == sqlread.Word || in.toks[i].Kind == sqlread.QuotedIdent)) {
 			alias, _ = in.identAt(i)
 			i++
 		}
@@ -228,7 +229,7 @@ func (in *stmtIn) lockTablesStmt() stmtRes {
 	switch {
 	case in.kw(i, "nowait"):
 		i++
-	case in.kw(i, "wait") && i+1 < len(in.toks) && in.toks[i+1].kind == tkNumber:
+	case in.kw(i, "wait") && i+1 < len(in.toks) && in.toks[i+1].Kind == sqlread.Number:
 		i += 2
 	}
 	if i != len(in.toks) {
@@ -265,7 +266,7 @@ func (in *stmtIn) lockTablesStmt() stmtRes {
 		b.WriteString(quoteIdent(k.table))
 		b.WriteString(" AS " + lease.FenceAlias + " READ")
 	}
-	res.edits = []edit{{pos: in.toks[last].end, end: in.toks[last].end, text: b.String()}}
+	res.edits = []edit{{pos: in.toks[last].End, end: in.toks[last].End, text: b.String()}}
 	return res
 }
 

@@ -1,6 +1,10 @@
 package rewrite
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+)
 
 // Limits on what the slow path reads, checked before anything is kept per
 // token and before the parser runs. Checking a statement costs memory per
@@ -55,7 +59,7 @@ func (pc *packetCtx) overLimit(count, depth int) *Refusal {
 // of it against the packet's limits. Past one it is refused, or with
 // nothing protected relayed unread to the end of the packet.
 func (in *stmtIn) wholeOverLimit() (stmtRes, bool) {
-	count, depth := scanRest(in.pc.src, in.start, in.st.mode)
+	count, depth := sqlread.ScanRest(in.pc.src, in.start, in.st.mode.lex())
 	r := in.pc.overLimit(count-len(in.toks), depth)
 	if r == nil {
 		return stmtRes{}, false

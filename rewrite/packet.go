@@ -3,6 +3,8 @@ package rewrite
 import (
 	"bytes"
 	"sort"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 )
 
 // A packet is decided statement by statement, in the order the server
@@ -40,7 +42,7 @@ func triOf(b bool) Tri {
 // stmtIn is one statement of a packet.
 type stmtIn struct {
 	pc    *packetCtx
-	toks  []token
+	toks  []sqlread.Token
 	start int    // raw range [start, end) in src, without the ';'
 	end   int    //
 	final bool   // no statement follows
@@ -191,7 +193,7 @@ func queryEnd(src []byte) int {
 func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 	out := restResult{blind: true}
 	for pos <= len(pc.src) {
-		end, count, depth := scanStatement(pc.src, pos, st.mode)
+		end, count, depth := sqlread.ScanStatement(pc.src, pos, st.mode.lex())
 		if r := pc.overLimit(count, depth); r != nil {
 			if pc.e.hasTables() {
 				out.refusal = r
@@ -206,7 +208,7 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 			}
 			continue
 		}
-		toks, end, issue, issuePos := lexStatement(pc.src, pos, st.mode, norm, count)
+		toks, end, issue, issuePos := sqlread.LexStatement(pc.src, pos, st.mode.lex(), norm, count)
 		next := end + 1
 		final := next > len(pc.src)
 		if issue != "" && pc.e.hasTables() {

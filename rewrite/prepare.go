@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 )
 
 // SQL-level prepared statements. PREPARE s FROM 'text' and MariaDB's
@@ -39,9 +41,9 @@ var identityIntroducers = map[string]bool{
 // introducer fenceproxy does not model), "" if it can.
 func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool, why string) {
 	j := i
-	if j < len(in.toks) && in.toks[j].kind == tkWord && !in.toks[j].afterDot {
+	if j < len(in.toks) && in.toks[j].Kind == sqlread.Word && !in.toks[j].AfterDot {
 		w := in.text(j)
-		if len(w) > 1 && w[0] == '_' && j+1 < len(in.toks) && in.toks[j+1].kind == tkString {
+		if len(w) > 1 && w[0] == '_' && j+1 < len(in.toks) && in.toks[j+1].Kind == sqlread.String {
 			if !identityIntroducers[lowerASCII(string(w))] {
 				why = "the character set introducer " + quoteForMessage(string(w)) + " makes the server convert " +
 					"the text in a way fenceproxy does not model"
@@ -54,17 +56,17 @@ func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool, why
 	}
 	var b strings.Builder
 	src.first = j
-	switch in.toks[j].kind {
-	case tkNString:
-		src.replaceFrom = in.toks[j].start + 1 // keep the N
-		b.WriteString(unquoteString(in.pc.src[in.toks[j].start+1:in.toks[j].end], in.st.mode.noBackslash))
+	switch in.toks[j].Kind {
+	case sqlread.NString:
+		src.replaceFrom = in.toks[j].Start + 1 // keep the N
+		b.WriteString(unquoteString(in.pc.src[in.toks[j].Start+1:in.toks[j].End], in.st.mode.noBackslash))
 		j++
-	case tkString:
-		src.replaceFrom = in.toks[j].start
+	case sqlread.String:
+		src.replaceFrom = in.toks[j].Start
 	default:
 		return src, i, false, why
 	}
-	for j < len(in.toks) && in.toks[j].kind == tkString {
+	for j < len(in.toks) && in.toks[j].Kind == sqlread.String {
 		b.WriteString(unquoteString(in.text(j), in.st.mode.noBackslash))
 		j++
 	}
@@ -244,7 +246,7 @@ func (in *stmtIn) innerDecision(src stringSource) (innerResult, *stmtRes) {
 			r := in.refuse("", "the fenced statement cannot be quoted under NO_BACKSLASH_ESCAPES (it holds a NUL byte)")
 			return out, &r
 		}
-		out.edits = []edit{{pos: src.replaceFrom, end: in.toks[src.last].end, text: q}}
+		out.edits = []edit{{pos: src.replaceFrom, end: in.toks[src.last].End, text: q}}
 	}
 	if len(d.Stmts) > 0 && (d.Stmts[0].Kind != Other || d.Stmts[0].Locks != LocksKept) {
 		s := d.Stmts[0]

@@ -1,5 +1,7 @@
 package rewrite
 
+import "github.com/fenceproxy/fenceproxy/internal/sqlread"
+
 // Compound statements (MariaDB's BEGIN NOT ATOMIC ... END, IF, CASE, LOOP,
 // WHILE, REPEAT, FOR, labelled ones, sql_mode=ORACLE blocks) and stored
 // program definitions (CREATE PROCEDURE / FUNCTION / TRIGGER / EVENT,
@@ -46,7 +48,7 @@ func (in *stmtIn) isCompound() bool {
 	case in.kw(0, "declare"), in.kw(0, "if"), in.kw(0, "while"), in.kw(0, "loop"),
 		in.kw(0, "repeat"), in.kw(0, "for"), in.kw(0, "case"), in.op(0, "<<"):
 		return true
-	case (in.toks[0].kind == tkWord || in.toks[0].kind == tkQuotedIdent) && in.op(1, ":"):
+	case (in.toks[0].Kind == sqlread.Word || in.toks[0].Kind == sqlread.QuotedIdent) && in.op(1, ":"):
 		return true // a label
 	}
 	return false
@@ -82,10 +84,9 @@ func (in *stmtIn) programKeyword() int {
 func (in *stmtIn) lexWhole() (*stmtIn, string, int) {
 	w := *in
 	w.toks = nil
-	lx := newLexer(in.pc.src, in.st.mode, in.norm)
-	lx.pos = in.start
+	lx := sqlread.NewLexer(in.pc.src, in.start, in.st.mode.lex(), in.norm)
 	for {
-		t, ok := lx.next()
+		t, ok := lx.Next()
 		if !ok {
 			break
 		}
@@ -93,7 +94,7 @@ func (in *stmtIn) lexWhole() (*stmtIn, string, int) {
 	}
 	w.end = len(in.pc.src)
 	w.whole = true
-	return &w, lx.issue, lx.issuePos
+	return &w, lx.Issue(), lx.IssuePos()
 }
 
 // cut returns w limited to the tokens [0, n): the statement up to the
@@ -102,11 +103,11 @@ func (w *stmtIn) cut(n int) *stmtIn {
 	c := *w
 	c.toks = w.toks[:n]
 	if n < len(w.toks) {
-		c.end = w.toks[n].start
+		c.end = w.toks[n].Start
 	} else {
 		c.end = len(w.pc.src)
 	}
-	c.final = n >= len(w.toks) || w.toks[n].end >= len(w.pc.src)
+	c.final = n >= len(w.toks) || w.toks[n].End >= len(w.pc.src)
 	return &c
 }
 
@@ -114,8 +115,8 @@ func (w *stmtIn) cut(n int) *stmtIn {
 func (w *stmtIn) piece(from, to int) *stmtIn {
 	p := *w
 	p.toks = w.toks[from:to]
-	p.start = w.toks[from].start
-	p.end = w.toks[to-1].end
+	p.start = w.toks[from].Start
+	p.end = w.toks[to-1].End
 	p.whole = false
 	p.inBlock = true
 	return &p
@@ -225,10 +226,10 @@ func (in *stmtIn) innerStatement(call bool) (stmtRes, bool) {
 		return in.refuse("", "a compound statement (BEGIN NOT ATOMIC ... END, IF, CASE, LOOP, WHILE, REPEAT, FOR) "+
 			why+"; run the statement on its own"), true
 	}
-	if call || in.toks[0].kind == tkWord && in.op(1, ":=") {
+	if call || in.toks[0].Kind == sqlread.Word && in.op(1, ":=") {
 		return stmtRes{}, false // checked against the catalog with the block's names
 	}
-	if in.toks[0].kind != tkWord && lead != "(" || !innerKinds[lead] {
+	if in.toks[0].Kind != sqlread.Word && lead != "(" || !innerKinds[lead] {
 		return what("holds a statement fenceproxy does not run inside one (" + quoteForMessage(string(in.text(0))) +
 			"): only reads, writes of unprotected tables, SET of variables, CALL, transaction control and " +
 			"the block's own control statements")

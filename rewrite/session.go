@@ -3,6 +3,7 @@ package rewrite
 import (
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
@@ -102,11 +103,11 @@ func (in *stmtIn) identAt(i int) (string, bool) {
 		return "", false
 	}
 	t := in.toks[i]
-	b := in.pc.src[t.start:t.end]
-	switch t.kind {
-	case tkWord:
+	b := in.pc.src[t.Start:t.End]
+	switch t.Kind {
+	case sqlread.Word:
 		return string(b), true
-	case tkQuotedIdent:
+	case sqlread.QuotedIdent:
 		return unquoteIdent(b), true
 	}
 	return "", false
@@ -181,12 +182,12 @@ func (in *stmtIn) setUnparsed() stmtRes {
 		// A character set the proxy cannot read later statements in,
 		// named anywhere in it.
 		for i := range in.toks {
-			k := in.toks[i].kind
-			if k != tkWord && k != tkQuotedIdent && k != tkString {
+			k := in.toks[i].Kind
+			if k != sqlread.Word && k != sqlread.QuotedIdent && k != sqlread.String {
 				continue
 			}
 			name := strings.ToLower(in.identName(i))
-			if k == tkString {
+			if k == sqlread.String {
 				name = strings.ToLower(unquoteIdent(in.text(i)))
 			}
 			cs := collationCharset(name)
@@ -340,13 +341,13 @@ func UTF8CharsetName(name string) bool {
 // a whole word, ASCII case-insensitively (the servers match keywords so).
 func containsWordFold(text []byte, word string) bool {
 	for i := 0; i+len(word) <= len(text); i++ {
-		if i > 0 && isIdentByte(text[i-1]) {
+		if i > 0 && sqlread.IsIdentByte(text[i-1]) {
 			continue
 		}
 		if !eqFold(text[i:i+len(word)], word) {
 			continue
 		}
-		if j := i + len(word); j < len(text) && isIdentByte(text[j]) {
+		if j := i + len(word); j < len(text) && sqlread.IsIdentByte(text[j]) {
 			continue
 		}
 		return true
@@ -384,7 +385,7 @@ func (in *stmtIn) setStatement() stmtRes {
 	reading := "" // a variable that changes how text is read at run time
 	for j := 2; j < f; j++ {
 		t := in.toks[j]
-		if d[j] != 0 || !(t.kind == tkWord || t.kind == tkSysVar) || !(in.op(j+1, "=") || in.op(j+1, ":=")) {
+		if d[j] != 0 || !(t.Kind == sqlread.Word || t.Kind == sqlread.SysVar) || !(in.op(j+1, "=") || in.op(j+1, ":=")) {
 			continue
 		}
 		name := strings.ToLower(in.identName(j))
@@ -404,7 +405,7 @@ func (in *stmtIn) setStatement() stmtRes {
 	}
 	inner := *in
 	inner.toks = in.toks[f+1:]
-	inner.start = in.toks[f+1].start
+	inner.start = in.toks[f+1].Start
 	if (inner.kw(0, "lock") || inner.kw(0, "flush")) && e.hasTables() {
 		return in.refuse("", "send LOCK TABLES and FLUSH TABLES without SET STATEMENT, so that fenceproxy can "+
 			"track the table locks and add the lease table when a protected table is locked")

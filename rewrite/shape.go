@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 	"github.com/pingcap/tidb/pkg/parser/test_driver"
@@ -189,7 +190,7 @@ func (sc *shapeScan) read(sql []byte, mode lexMode) bool {
 	lx := newLexer(sql, mode, nil)
 	last := 0
 	for {
-		t, ok := lx.next()
+		t, ok := lx.Next()
 		if !ok {
 			break
 		}
@@ -197,16 +198,16 @@ func (sc *shapeScan) read(sql []byte, mode lexMode) bool {
 		if !lit {
 			continue
 		}
-		if form == 0 || t.start > 0 && sql[t.start-1] == '.' || t.end < len(sql) && !endsLiteral(sql[t.end]) {
+		if form == 0 || t.Start > 0 && sql[t.Start-1] == '.' || t.End < len(sql) && !endsLiteral(sql[t.End]) {
 			return false
 		}
-		sc.key = binary.AppendUvarint(sc.key, uint64(t.start-last))
-		sc.key = append(sc.key, sql[last:t.start]...)
+		sc.key = binary.AppendUvarint(sc.key, uint64(t.Start-last))
+		sc.key = append(sc.key, sql[last:t.Start]...)
 		sc.key = append(sc.key, form)
-		sc.lits = append(sc.lits, litSpan{start: t.start, end: t.end})
-		last = t.end
+		sc.lits = append(sc.lits, litSpan{start: t.Start, end: t.End})
+		last = t.End
 	}
-	if lx.issue != "" || len(sc.lits) == 0 {
+	if lx.Issue() != "" || len(sc.lits) == 0 {
 		return false
 	}
 	sc.key = binary.AppendUvarint(sc.key, uint64(len(sql)-last))
@@ -218,30 +219,30 @@ func (sc *shapeScan) read(sql []byte, mode lexMode) bool {
 // name byte, '.' or a quote, the parser's lexer may read the literal and
 // what follows as one token, or split them elsewhere.
 func endsLiteral(c byte) bool {
-	return !isIdentByte(c) && c != '.' && c != '\'' && c != '"' && c != '`'
+	return !sqlread.IsIdentByte(c) && c != '.' && c != '\'' && c != '"' && c != '`'
 }
 
 // literalForm classifies a token: literal reports whether it is a literal
 // value token at all; form is its marker, or 0 if it is a literal the shape
 // cache does not take (see the list above).
-func literalForm(src []byte, t token, noBackslash bool) (form byte, literal bool) {
-	b := src[t.start:t.end]
-	switch t.kind {
-	case tkNumber:
+func literalForm(src []byte, t sqlread.Token, noBackslash bool) (form byte, literal bool) {
+	b := src[t.Start:t.End]
+	switch t.Kind {
+	case sqlread.Number:
 		return numberForm(b), true
-	case tkString:
+	case sqlread.String:
 		if len(b) < 2 || b[len(b)-1] != b[0] || !plainString(b[1:len(b)-1], noBackslash) {
 			return 0, true
 		}
 		return b[0], true
-	case tkNString:
+	case sqlread.NString:
 		if len(b) < 3 || b[1] != '\'' || b[len(b)-1] != '\'' || !plainString(b[2:len(b)-1], noBackslash) {
 			return 0, true
 		}
 		return b[0], true
-	case tkHexString:
+	case sqlread.HexString:
 		if b[0] == '0' {
-			if len(b) < 3 || !allBytes(b[2:], isHexDigit) {
+			if len(b) < 3 || !allBytes(b[2:], sqlread.IsHexDigit) {
 				return 0, true
 			}
 			return formHex0x, true
@@ -249,11 +250,11 @@ func literalForm(src []byte, t token, noBackslash bool) (form byte, literal bool
 		if len(b) < 3 || b[1] != '\'' || b[len(b)-1] != '\'' {
 			return 0, true
 		}
-		if d := b[2 : len(b)-1]; !allBytes(d, isHexDigit) || len(d)%2 != 0 {
+		if d := b[2 : len(b)-1]; !allBytes(d, sqlread.IsHexDigit) || len(d)%2 != 0 {
 			return 0, true
 		}
 		return b[0], true
-	case tkBitString:
+	case sqlread.BitString:
 		bit := func(c byte) bool { return c == '0' || c == '1' }
 		if b[0] == '0' {
 			if len(b) < 3 || !allBytes(b[2:], bit) {
@@ -283,7 +284,7 @@ func allBytes(b []byte, ok func(byte) bool) bool {
 // (.5, 1., 1.e5, longer numbers).
 func numberForm(b []byte) byte {
 	i := 0
-	for i < len(b) && isDigit(b[i]) {
+	for i < len(b) && sqlread.IsDigit(b[i]) {
 		i++
 	}
 	whole := i
@@ -297,7 +298,7 @@ func numberForm(b []byte) byte {
 	if b[i] == '.' {
 		i++
 		j := i
-		for i < len(b) && isDigit(b[i]) {
+		for i < len(b) && sqlread.IsDigit(b[i]) {
 			i++
 		}
 		if frac = i - j; frac == 0 {
@@ -318,7 +319,7 @@ func numberForm(b []byte) byte {
 		i++
 	}
 	j := i
-	for i < len(b) && isDigit(b[i]) {
+	for i < len(b) && sqlread.IsDigit(b[i]) {
 		i++
 	}
 	if exp := i - j; exp == 0 || exp > 2 || i != len(b) || whole+frac > 17 {
@@ -460,13 +461,13 @@ func (in *stmtIn) literalsAreValues(n ast.Node) bool {
 		if !lit {
 			continue
 		}
-		off := t.start - in.start
+		off := t.Start - in.start
 		if form == 0 || off <= 0 {
 			return false
 		}
 		k, ok := v.at[off]
 		if !ok && i > 0 && in.introducer(i-1) {
-			k, ok = v.at[in.toks[i-1].start-in.start]
+			k, ok = v.at[in.toks[i-1].Start-in.start]
 		}
 		if ok && kindFits(form, k) {
 			continue
@@ -490,7 +491,7 @@ func (in *stmtIn) limitOperand(i int) bool {
 	case in.kw(i-1, "limit"), in.kw(i-1, "offset"):
 		return true
 	case in.op(i-1, ","):
-		return i >= 3 && in.kw(i-3, "limit") && (in.toks[i-2].kind == tkNumber || in.toks[i-2].kind == tkParam)
+		return i >= 3 && in.kw(i-3, "limit") && (in.toks[i-2].Kind == sqlread.Number || in.toks[i-2].Kind == sqlread.Param)
 	}
 	return false
 }
@@ -498,7 +499,7 @@ func (in *stmtIn) limitOperand(i int) bool {
 // introducer: token i may be a character set introducer (_utf8mb4 'x').
 func (in *stmtIn) introducer(i int) bool {
 	t := in.toks[i]
-	return t.kind == tkWord && !t.afterDot && t.end-t.start > 1 && in.pc.src[t.start] == '_'
+	return t.Kind == sqlread.Word && !t.AfterDot && t.End-t.Start > 1 && in.pc.src[t.Start] == '_'
 }
 
 // writeIgnoresValues reports, while tracing, whether the verdict on a
@@ -526,7 +527,7 @@ func (in *stmtIn) digestIgnoresLiterals(digest string) bool {
 		if form == 0 {
 			return false
 		}
-		changeLiteral(probe[t.start-in.start:t.end-in.start], form)
+		changeLiteral(probe[t.Start-in.start:t.End-in.start], form)
 	}
 	return parser.Normalize(string(probe), "ON") == digest
 }
@@ -536,7 +537,7 @@ func (in *stmtIn) digestIgnoresLiterals(digest string) bool {
 func changeLiteral(b []byte, form byte) {
 	digits := func(d []byte) {
 		for i, c := range d {
-			if isDigit(c) {
+			if sqlread.IsDigit(c) {
 				d[i] = '0' + (c-'0'+1)%10
 			}
 		}

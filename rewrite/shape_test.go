@@ -89,12 +89,12 @@ func shapeLiterals(sql []byte, srv Server, sess Session) ([]litSpan, []byte) {
 	var lits []litSpan
 	var forms []byte
 	for {
-		t, ok := lx.next()
+		t, ok := lx.Next()
 		if !ok {
 			return lits, forms
 		}
 		if form, lit := literalForm(sql, t, mode.noBackslash); lit && form != 0 {
-			lits = append(lits, litSpan{t.start, t.end})
+			lits = append(lits, litSpan{t.Start, t.End})
 			forms = append(forms, form)
 		}
 	}
@@ -692,11 +692,11 @@ func TestLiteralForms(t *testing.T) {
 	} {
 		src := []byte("SELECT " + c.lit + " FROM t")
 		lx := newLexer(src, lexMode{noBackslash: c.nbe, server: maria}, nil)
-		lx.next()
-		tk, _ := lx.next()
+		lx.Next()
+		tk, _ := lx.Next()
 		form, lit := literalForm(src, tk, c.nbe)
-		if !lit || form != c.form || string(src[tk.start:tk.end]) != c.lit {
-			t.Errorf("%s: form %q (literal %v, token %q), want %q", c.lit, form, lit, src[tk.start:tk.end], c.form)
+		if !lit || form != c.form || string(src[tk.Start:tk.End]) != c.lit {
+			t.Errorf("%s: form %q (literal %v, token %q), want %q", c.lit, form, lit, src[tk.Start:tk.End], c.form)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package rewrite
 
+import "github.com/fenceproxy/fenceproxy/internal/sqlread"
+
 // While the schema catalog cannot be read, a stored function created since
 // the last good read may write protected tables, and no catalog says so. A
 // statement that calls a function is then relayed only if every function
@@ -81,10 +83,9 @@ func (in *stmtIn) staleCallRefusal() (stmtRes, bool) {
 		// END: its tokens past the first ';' count too.
 		whole := *in
 		whole.toks = nil
-		lx := newLexer(in.pc.src, in.st.mode, nil)
-		lx.pos = in.start
+		lx := sqlread.NewLexer(in.pc.src, in.start, in.st.mode.lex(), nil)
 		for {
-			t, ok := lx.next()
+			t, ok := lx.Next()
 			if !ok {
 				break
 			}
@@ -202,7 +203,7 @@ func (in *stmtIn) notCall(i int) bool {
 	// JSON_TABLE's '$' COLUMNS (...).
 	case in.kw(i, "against") && in.op(p, ")"),
 		in.kw(i, "json_table") && (in.kw(p, "from") || in.kw(p, "join")),
-		in.kw(i, "columns") && p >= 0 && (in.toks[p].kind == tkString || in.toks[p].kind == tkNString):
+		in.kw(i, "columns") && p >= 0 && (in.toks[p].Kind == sqlread.String || in.toks[p].Kind == sqlread.NString):
 		return true
 	case in.kw(0, "insert") || in.kw(0, "replace"):
 		// INSERT [LOW_PRIORITY | DELAYED | HIGH_PRIORITY] [IGNORE] t (...)
@@ -223,8 +224,8 @@ func (in *stmtIn) knownCall(parts []int, paren int) (name string, known bool) {
 	if len(parts) == 1 {
 		i := parts[0]
 		n := in.identName(i)
-		quoted := in.toks[i].kind == tkQuotedIdent
-		if builtinCall([]byte(n), quoted, in.toks[paren].start == in.toks[i].end) {
+		quoted := in.toks[i].Kind == sqlread.QuotedIdent
+		if builtinCall([]byte(n), quoted, in.toks[paren].Start == in.toks[i].End) {
 			return n, true
 		}
 		if e.cat.KnownUDF(n) {

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"unicode/utf8"
 
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
@@ -15,7 +16,7 @@ func (in *stmtIn) kw(i int, kw string) bool {
 		return false
 	}
 	t := in.toks[i]
-	return t.kind == tkWord && !t.afterDot && eqFold(in.pc.src[t.start:t.end], kw)
+	return t.Kind == sqlread.Word && !t.AfterDot && eqFold(in.pc.src[t.Start:t.End], kw)
 }
 
 // op reports whether token i is the operator op.
@@ -24,12 +25,12 @@ func (in *stmtIn) op(i int, op string) bool {
 		return false
 	}
 	t := in.toks[i]
-	return t.kind == tkOp && string(in.pc.src[t.start:t.end]) == op
+	return t.Kind == sqlread.Op && string(in.pc.src[t.Start:t.End]) == op
 }
 
 func (in *stmtIn) text(i int) []byte {
 	t := in.toks[i]
-	return in.pc.src[t.start:t.end]
+	return in.pc.src[t.Start:t.End]
 }
 
 // raw is the statement's text as the client sent it.
@@ -42,10 +43,10 @@ func (in *stmtIn) normText() string { return string(in.norm[in.start:in.end]) }
 func (in *stmtIn) closeParen(i int) int {
 	depth := 0
 	for j := i; j < len(in.toks); j++ {
-		if in.toks[j].kind != tkOp {
+		if in.toks[j].Kind != sqlread.Op {
 			continue
 		}
-		switch in.pc.src[in.toks[j].start] {
+		switch in.pc.src[in.toks[j].Start] {
 		case '(':
 			depth++
 		case ')':
@@ -222,8 +223,8 @@ func (in *stmtIn) readOnlyHead() bool {
 // turns such bytes into '?', so its names would not be the server's.
 func (in *stmtIn) hasInvalidUTF8Name() bool {
 	for _, t := range in.toks {
-		if t.kind == tkWord || t.kind == tkQuotedIdent || t.kind == tkUserVar || t.kind == tkSysVar {
-			if !utf8.Valid(in.pc.src[t.start:t.end]) {
+		if t.Kind == sqlread.Word || t.Kind == sqlread.QuotedIdent || t.Kind == sqlread.UserVar || t.Kind == sqlread.SysVar {
+			if !utf8.Valid(in.pc.src[t.Start:t.End]) {
 				return true
 			}
 		}
@@ -263,7 +264,7 @@ func (in *stmtIn) rowAliasInsert(table string, a int) stmtRes {
 			"write it as AS name [(col, ...)] right after the VALUES rows or the SET list")
 	}
 	isName := func(j int) bool {
-		return j < len(in.toks) && (in.toks[j].kind == tkWord || in.toks[j].kind == tkQuotedIdent)
+		return j < len(in.toks) && (in.toks[j].Kind == sqlread.Word || in.toks[j].Kind == sqlread.QuotedIdent)
 	}
 	end := a + 1
 	if !isName(end) {
@@ -285,10 +286,10 @@ func (in *stmtIn) rowAliasInsert(table string, a int) stmtRes {
 	if end < len(in.toks) && !(in.kw(end, "on") && in.kw(end+1, "duplicate")) {
 		return refuse()
 	}
-	from := in.toks[a].start - in.start
+	from := in.toks[a].Start - in.start
 	to := len(in.norm[in.start:in.end])
 	if end < len(in.toks) {
-		to = in.toks[end].start - in.start
+		to = in.toks[end].Start - in.start
 	}
 	norm := in.normText()
 	n, err := parseOne(norm[:from]+" "+norm[to:], in.st.mode)
@@ -331,7 +332,7 @@ func (in *stmtIn) withReturning() (stmtRes, bool) {
 	}
 	head := *in
 	head.toks = in.toks[:r]
-	head.end = in.toks[r].start
+	head.end = in.toks[r].Start
 	n, err := parseOne(head.normText(), in.st.mode)
 	if err != nil {
 		return stmtRes{}, false
@@ -369,7 +370,7 @@ func (in *stmtIn) mariaAnalyze() (stmtRes, bool) {
 	}
 	inner := *in
 	inner.toks = in.toks[i:]
-	inner.start = in.toks[i].start
+	inner.start = in.toks[i].Start
 	if r, ok := inner.withReturning(); ok {
 		return r, true
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 	"github.com/pingcap/tidb/pkg/parser/format"
 	"github.com/pingcap/tidb/pkg/parser/opcode"
@@ -89,18 +90,18 @@ func (in *stmtIn) verify(orig ast.StmtNode, explained bool, edits []edit, target
 	lx := newLexer(text, in.st.mode, norm)
 	params := 0
 	for {
-		t, ok := lx.next()
+		t, ok := lx.Next()
 		if !ok {
 			break
 		}
-		if t.kind == tkParam {
+		if t.Kind == sqlread.Param {
 			params++
 		}
-		if t.kind == tkOp && text[t.start] == ';' {
+		if t.Kind == sqlread.Op && text[t.Start] == ';' {
 			return verifyFailed
 		}
 	}
-	if lx.issue != "" || params != in.params() {
+	if lx.Issue() != "" || params != in.params() {
 		return verifyFailed
 	}
 	n, err := parseOne(string(norm), in.st.mode)
@@ -157,7 +158,7 @@ func (in *stmtIn) verify(orig ast.StmtNode, explained bool, edits []edit, target
 func (in *stmtIn) params() int {
 	n := 0
 	for _, t := range in.toks {
-		if t.kind == tkParam {
+		if t.Kind == sqlread.Param {
 			n++
 		}
 	}

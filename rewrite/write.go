@@ -3,6 +3,7 @@ package rewrite
 import (
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
@@ -111,10 +112,10 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 // set; quoted names and strings are safe.
 func hasHighWord(in *stmtIn) bool {
 	for _, t := range in.toks {
-		if t.kind != tkWord {
+		if t.Kind != sqlread.Word {
 			continue
 		}
-		for _, c := range in.pc.src[t.start:t.end] {
+		for _, c := range in.pc.src[t.Start:t.End] {
 			if c >= 0x80 {
 				return true
 			}
@@ -128,11 +129,11 @@ func (in *stmtIn) depths() []int {
 	d := make([]int, len(in.toks))
 	depth := 0
 	for i, t := range in.toks {
-		if t.kind == tkOp && t.end-t.start == 1 && in.pc.src[t.start] == ')' {
+		if t.Kind == sqlread.Op && t.End-t.Start == 1 && in.pc.src[t.Start] == ')' {
 			depth--
 		}
 		d[i] = depth
-		if t.kind == tkOp && t.end-t.start == 1 && in.pc.src[t.start] == '(' {
+		if t.Kind == sqlread.Op && t.End-t.Start == 1 && in.pc.src[t.Start] == '(' {
 			depth++
 		}
 	}
@@ -182,7 +183,7 @@ func (in *stmtIn) spliceUpdateDelete(hasWhere, hasOrder, hasLimit, isUpdate bool
 	}
 	where, order, limit := -1, -1, -1
 	for i := from; i < len(in.toks); i++ {
-		if d[i] != 0 || in.toks[i].kind != tkWord {
+		if d[i] != 0 || in.toks[i].Kind != sqlread.Word {
 			continue
 		}
 		switch {
@@ -225,24 +226,24 @@ func (in *stmtIn) spliceUpdateDelete(hasWhere, hasOrder, hasLimit, isUpdate bool
 			return nil, mismatch
 		}
 		return []edit{
-			{pos: in.toks[where+1].start, end: in.toks[where+1].start, text: "("},
-			{pos: in.toks[last].end, end: in.toks[last].end, text: ") AND " + fence},
+			{pos: in.toks[where+1].Start, end: in.toks[where+1].Start, text: "("},
+			{pos: in.toks[last].End, end: in.toks[last].End, text: ") AND " + fence},
 		}, ""
 	}
 	if last < from {
 		return nil, mismatch
 	}
-	return []edit{{pos: in.toks[last].end, end: in.toks[last].end, text: " WHERE " + fence}}, ""
+	return []edit{{pos: in.toks[last].End, end: in.toks[last].End, text: " WHERE " + fence}}, ""
 }
 
 // balanced reports whether the statement's parentheses balance.
 func (in *stmtIn) balanced() bool {
 	depth := 0
 	for _, t := range in.toks {
-		if t.kind != tkOp || t.end-t.start != 1 {
+		if t.Kind != sqlread.Op || t.End-t.Start != 1 {
 			continue
 		}
-		switch in.pc.src[t.start] {
+		switch in.pc.src[t.Start] {
 		case '(':
 			depth++
 		case ')':
@@ -260,12 +261,12 @@ func (in *stmtIn) balanced() bool {
 // FOUND_ROWS(), @@warning_count, @@error_count), or "".
 func (in *stmtIn) readsGuardState() string {
 	for i, t := range in.toks {
-		switch t.kind {
-		case tkWord:
+		switch t.Kind {
+		case sqlread.Word:
 			if (in.kw(i, "row_count") || in.kw(i, "found_rows")) && in.op(i+1, "(") {
 				return upperASCII(string(in.text(i))) + "()"
 			}
-		case tkSysVar:
+		case sqlread.SysVar:
 			w := lowerASCII(string(in.text(i)))
 			if strings.HasSuffix(w, "warning_count") || strings.HasSuffix(w, "error_count") {
 				return string(in.text(i))
