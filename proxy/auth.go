@@ -17,6 +17,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // handshake connects to the backend and relays authentication: the client
@@ -25,13 +26,13 @@ import (
 func (c *clientConn) handshake(rt *runtime) error {
 	cfg := rt.cfg
 	deadline := time.Now().Add(cfg.Timeouts.Handshake.D())
-	c.client.setDeadline(deadline)
+	c.client.SetDeadline(deadline)
 
 	hs, err := c.connectBackend(cfg, deadline)
 	if err != nil {
 		return err
 	}
-	c.backend.setDeadline(deadline)
+	c.backend.SetDeadline(deadline)
 	c.connID = hs.connID
 	c.scramble = hs.scramble
 	c.srv = parseServerVersion(hs.version)
@@ -45,16 +46,16 @@ func (c *clientConn) handshake(rt *runtime) error {
 	}
 
 	offerTLS := c.p.clientTLS != nil
-	if _, err := c.client.writePacket(0, hs.forClient(offerTLS)); err != nil {
+	if _, err := c.client.WritePacket(0, hs.forClient(offerTLS)); err != nil {
 		return err
 	}
-	if err := c.client.flush(); err != nil {
+	if err := c.client.Flush(); err != nil {
 		return err
 	}
 	if err := c.refuseStrayProxyHeader(); err != nil {
 		return err
 	}
-	resp, cseq, err := c.client.readPacket(nil, maxWholePacket)
+	resp, cseq, err := c.client.ReadPacket(nil, wire.MaxWholePacket)
 	if err != nil {
 		return err
 	}
@@ -68,20 +69,20 @@ func (c *clientConn) handshake(rt *runtime) error {
 	}
 	if len(resp) == sslRequestLen {
 		if !offerTLS {
-			return c.client.sideErr(malformed("TLS requested but not offered"))
+			return c.client.Err(wire.Malformed("TLS requested but not offered"))
 		}
-		tc := tls.Server(c.client.tlsTransport(), c.p.clientTLS)
+		tc := tls.Server(c.client.TLSTransport(), c.p.clientTLS)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
-			return c.client.sideErr(fmt.Errorf("TLS handshake: %w", err))
+			return c.client.Err(fmt.Errorf("TLS handshake: %w", err))
 		}
-		if err := c.client.upgradeTLS(tc); err != nil {
+		if err := c.client.UpgradeTLS(tc); err != nil {
 			return err
 		}
 		c.clientTLS = true
-		if resp, cseq, err = c.client.readPacket(nil, maxWholePacket); err != nil {
+		if resp, cseq, err = c.client.ReadPacket(nil, wire.MaxWholePacket); err != nil {
 			return err
 		}
 		if err := c.checkHandshakeSeq(cseq, 2); err != nil {
@@ -89,7 +90,7 @@ func (c *clientConn) handshake(rt *runtime) error {
 		}
 		if ch, err = parseClientHandshake(resp); err != nil || len(resp) == sslRequestLen {
 			c.writeAuthError(cseq+1, erHandshake, "08S01", "Bad handshake")
-			return c.client.sideErr(malformed("handshake response after TLS"))
+			return c.client.Err(wire.Malformed("handshake response after TLS"))
 		}
 	} else if cfg.ClientTLS.Required {
 		c.p.metrics.connectionsRejected[rejectTLSRequired].Inc()
@@ -111,31 +112,31 @@ func (c *clientConn) handshake(rt *runtime) error {
 
 	bseq := byte(1)
 	if useBackendTLS {
-		if _, err := c.backend.writePacket(bseq, ch.forBackend(offered, true, sslRequestLen)); err != nil {
+		if _, err := c.backend.WritePacket(bseq, ch.forBackend(offered, true, sslRequestLen)); err != nil {
 			return err
 		}
-		if err := c.backend.flush(); err != nil {
+		if err := c.backend.Flush(); err != nil {
 			return err
 		}
-		tc := tls.Client(c.backend.tlsTransport(), c.p.backendTLS)
+		tc := tls.Client(c.backend.TLSTransport(), c.p.backendTLS)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
 			c.p.metrics.backendDialFailed()
 			c.writeAuthError(cseq+1, erBackendUnavailable, "HY000", "fenceproxy: TLS to the backend failed: "+err.Error())
-			return c.backend.sideErr(fmt.Errorf("TLS handshake: %w", err))
+			return c.backend.Err(fmt.Errorf("TLS handshake: %w", err))
 		}
-		if err := c.backend.upgradeTLS(tc); err != nil {
+		if err := c.backend.UpgradeTLS(tc); err != nil {
 			return err
 		}
 		c.backendTLS = true
 		bseq = 2
 	}
-	if _, err := c.backend.writePacket(bseq, ch.forBackend(offered, useBackendTLS, len(ch.raw))); err != nil {
+	if _, err := c.backend.WritePacket(bseq, ch.forBackend(offered, useBackendTLS, len(ch.raw))); err != nil {
 		return err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return err
 	}
 	plugin := hs.plugin
@@ -152,12 +153,12 @@ func (c *clientConn) handshake(rt *runtime) error {
 	if err := c.sendEngineProbe(rt); err != nil {
 		return err
 	}
-	c.client.setDeadline(time.Time{})
+	c.client.SetDeadline(time.Time{})
 	if c.probe == probeNone {
-		c.backend.setDeadline(time.Time{})
+		c.backend.SetDeadline(time.Time{})
 	} else {
 		// finishEngineProbe reads the answer under the handshake's deadline.
-		c.backend.setWriteDeadline(time.Time{})
+		c.backend.SetWriteDeadline(time.Time{})
 		c.probeDeadline = deadline
 	}
 	return nil
@@ -176,9 +177,9 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 		c.sendInitialError(fmt.Sprintf("fenceproxy: cannot connect to the backend %s: %v", c.p.backendAddr, err))
 		return nil, fmt.Errorf("backend dial: %w", err)
 	}
-	c.backend = newPacketConn(backendSide, nc)
+	c.backend = wire.NewConn(wire.Backend, nc)
 	nc.SetDeadline(time.Now().Add(timeout))
-	p, _, err := c.backend.readPacket(nil, maxShortPacket)
+	p, _, err := c.backend.ReadPacket(nil, wire.MaxShortPacket)
 	if err != nil {
 		c.p.metrics.backendDialFailed()
 		c.sendInitialError(fmt.Sprintf("fenceproxy: the backend %s sent no handshake: %v", c.p.backendAddr, err))
@@ -188,15 +189,15 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 		// e.g. the backend's own "Too many connections" or "Host blocked":
 		// the client should see it as it is.
 		c.p.metrics.backendDialFailed()
-		c.client.writePacket(0, p)
-		c.client.flush()
-		return nil, fmt.Errorf("backend refused: %s", parseErr(p).msg)
+		c.client.WritePacket(0, p)
+		c.client.Flush()
+		return nil, fmt.Errorf("backend refused: %s", wire.ParseErr(p).Msg)
 	}
 	hs, err := parseServerHandshake(p)
 	if err != nil {
 		c.p.metrics.backendDialFailed()
 		c.sendInitialError("fenceproxy: the backend's handshake is not MySQL protocol 10")
-		return nil, c.backend.sideErr(err)
+		return nil, c.backend.Err(err)
 	}
 	c.p.metrics.setBackendUp(true)
 	return hs, nil
@@ -211,19 +212,19 @@ func (c *clientConn) checkHandshakeSeq(got, want byte) error {
 		return nil
 	}
 	c.writeAuthError(want, erNetPacketsOutOfOrder, "08S01", "Got packets out of order")
-	return c.client.sideErr(malformed("handshake response with sequence number %d, want %d", got, want))
+	return c.client.Err(wire.Malformed("handshake response with sequence number %d, want %d", got, want))
 }
 
 // sendInitialError answers a client that has not seen a handshake yet.
 func (c *clientConn) sendInitialError(msg string) {
-	c.client.setWriteDeadline(time.Now().Add(time.Second))
-	c.client.writePacket(0, initialErrPayload(erBackendUnavailable, msg))
-	c.client.flush()
+	c.client.SetWriteDeadline(time.Now().Add(time.Second))
+	c.client.WritePacket(0, wire.InitialErrPayload(erBackendUnavailable, msg))
+	c.client.Flush()
 }
 
 func (c *clientConn) writeAuthError(seq byte, code uint16, state, msg string) {
-	c.client.writePacket(seq, errPayload(code, state, msg))
-	c.client.flush()
+	c.client.WritePacket(seq, wire.ErrPayload(code, state, msg))
+	c.client.Flush()
 }
 
 // relayAuth relays the authentication exchange after the client's response
@@ -231,49 +232,49 @@ func (c *clientConn) writeAuthError(seq byte, code uint16, state, msg string) {
 // and bseq are the last sequence numbers used on each hop.
 func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 	for {
-		p, s, err := c.backend.readPacket(nil, maxWholePacket)
+		p, s, err := c.backend.ReadPacket(nil, wire.MaxWholePacket)
 		if err != nil {
 			return false, err
 		}
 		bseq = s
 		if len(p) == 0 {
-			return false, c.backend.sideErr(malformed("empty authentication packet"))
+			return false, c.backend.Err(wire.Malformed("empty authentication packet"))
 		}
 		switch p[0] {
 		case mysql.OK_HEADER:
-			if ok, valid := parseOK(p); valid {
-				c.noteStatus(ok.status)
+			if ok, valid := wire.ParseOK(p); valid {
+				c.noteStatus(ok.Status)
 			}
 			cseq++
-			if _, err := c.client.writePacket(cseq, p); err != nil {
+			if _, err := c.client.WritePacket(cseq, p); err != nil {
 				return false, err
 			}
-			return true, c.client.flush()
+			return true, c.client.Flush()
 		case mysql.ERR_HEADER:
 			cseq++
-			c.client.writePacket(cseq, p) // the backend's own words: wrong password, unknown database...
-			c.authErr = parseErr(p)
-			return false, c.client.flush()
+			c.client.WritePacket(cseq, p) // the backend's own words: wrong password, unknown database...
+			c.authErr = wire.ParseErr(p)
+			return false, c.client.Flush()
 		case mysql.EOF_HEADER: // AuthSwitchRequest: plugin name, then its challenge
 			name, data, _ := bytes.Cut(p[1:], []byte{0})
 			plugin = string(name)
 			c.scramble = bytes.TrimRight(data, "\x00")
 		case mysql.MORE_DATE_HEADER: // AuthMoreData
 		default:
-			return false, c.backend.sideErr(malformed("authentication packet 0x%02x", p[0]))
+			return false, c.backend.Err(wire.Malformed("authentication packet 0x%02x", p[0]))
 		}
 		cseq++
-		if _, err := c.client.writePacket(cseq, p); err != nil {
+		if _, err := c.client.WritePacket(cseq, p); err != nil {
 			return false, err
 		}
-		if err := c.client.flush(); err != nil {
+		if err := c.client.Flush(); err != nil {
 			return false, err
 		}
 		isSHA2 := plugin == mysql.AUTH_CACHING_SHA2_PASSWORD
 		if p[0] == mysql.MORE_DATE_HEADER && isSHA2 && len(p) == 2 && p[1] == mysql.CACHE_SHA2_FAST_AUTH {
 			continue // fast authentication succeeded: the backend's OK follows unasked
 		}
-		resp, s2, err := c.client.readPacket(nil, maxWholePacket)
+		resp, s2, err := c.client.ReadPacket(nil, wire.MaxWholePacket)
 		if err != nil {
 			return false, err
 		}
@@ -287,10 +288,10 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 			}
 		}
 		bseq++
-		if _, err := c.backend.writePacket(bseq, resp); err != nil {
+		if _, err := c.backend.WritePacket(bseq, resp); err != nil {
 			return false, err
 		}
-		if err := c.backend.flush(); err != nil {
+		if err := c.backend.Flush(); err != nil {
 			return false, err
 		}
 	}
@@ -312,27 +313,27 @@ func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte,
 		}
 		password := bytes.TrimRight(resp, "\x00")
 		bseq++
-		if _, err := c.backend.writePacket(bseq, []byte{requestPublicKey}); err != nil {
+		if _, err := c.backend.WritePacket(bseq, []byte{requestPublicKey}); err != nil {
 			return nil, cseq, bseq, err
 		}
-		if err := c.backend.flush(); err != nil {
+		if err := c.backend.Flush(); err != nil {
 			return nil, cseq, bseq, err
 		}
-		p, s, err := c.backend.readPacket(nil, maxShortPacket)
+		p, s, err := c.backend.ReadPacket(nil, wire.MaxShortPacket)
 		if err != nil {
 			return nil, cseq, bseq, err
 		}
 		bseq = s
 		if len(p) < 2 || p[0] != mysql.MORE_DATE_HEADER {
-			return nil, cseq, bseq, c.backend.sideErr(malformed("expected the backend's public key"))
+			return nil, cseq, bseq, c.backend.Err(wire.Malformed("expected the backend's public key"))
 		}
 		pub, err := parsePublicKey(p[1:])
 		if err != nil {
-			return nil, cseq, bseq, c.backend.sideErr(err)
+			return nil, cseq, bseq, c.backend.Err(err)
 		}
 		enc, err := rsa.EncryptOAEP(sha1.New(), rand.Reader, pub, xorScramble(password, c.scramble), nil)
 		if err != nil {
-			return nil, cseq, bseq, c.backend.sideErr(err)
+			return nil, cseq, bseq, c.backend.Err(err)
 		}
 		return enc, cseq, bseq, nil
 	}
@@ -349,13 +350,13 @@ func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte,
 		}
 		pemKey := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 		cseq++
-		if _, err := c.client.writePacket(cseq, append([]byte{mysql.MORE_DATE_HEADER}, pemKey...)); err != nil {
+		if _, err := c.client.WritePacket(cseq, append([]byte{mysql.MORE_DATE_HEADER}, pemKey...)); err != nil {
 			return nil, cseq, bseq, err
 		}
-		if err := c.client.flush(); err != nil {
+		if err := c.client.Flush(); err != nil {
 			return nil, cseq, bseq, err
 		}
-		if resp, cseq, err = c.client.readPacket(nil, maxShortPacket); err != nil {
+		if resp, cseq, err = c.client.ReadPacket(nil, wire.MaxShortPacket); err != nil {
 			return nil, cseq, bseq, err
 		}
 	}

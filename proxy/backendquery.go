@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // value is one column value of a row the proxy reads for itself.
@@ -13,15 +15,15 @@ type value struct {
 }
 
 // backendError is an ERR the backend returned to a query of the proxy's own.
-type backendError struct{ errInfo }
+type backendError struct{ wire.ErrInfo }
 
 func (e *backendError) Error() string {
-	return fmt.Sprintf("backend error %d (%s): %s", e.code, e.state, e.msg)
+	return fmt.Sprintf("backend error %d (%s): %s", e.Code, e.State, e.Msg)
 }
 
 // ErrorNumber is the server's error number: lease.IsConflict reads it to
 // retry the SQL lease functions' statements on Galera's 1213.
-func (e *backendError) ErrorNumber() uint16 { return e.code }
+func (e *backendError) ErrorNumber() uint16 { return e.Code }
 
 // backendQuery runs sql on the client's backend connection for the proxy's
 // own purposes (lease checks, lease functions) and returns the rows of its
@@ -31,7 +33,7 @@ func (c *clientConn) backendQuery(sql string) ([][]value, error) {
 	if err := c.queueOwn(sql); err != nil {
 		return nil, err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return nil, err
 	}
 	return c.readOwn()
@@ -43,7 +45,7 @@ func (c *clientConn) backendQuery(sql string) ([][]value, error) {
 // answered the last one).
 func (c *clientConn) queueOwn(sql string) error {
 	c.warn = nil
-	_, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, []byte(sql))
+	_, err := c.backend.WriteCommand(0, []byte{mysql.COM_QUERY}, []byte(sql))
 	return err
 }
 
@@ -62,10 +64,10 @@ func (c *clientConn) readOwn() ([][]value, error) {
 // the client's backend connection and returns its affected-row count.
 func (c *clientConn) backendExec(sql string) (uint64, error) {
 	c.warn = nil
-	if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, []byte(sql)); err != nil {
+	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_QUERY}, []byte(sql)); err != nil {
 		return 0, err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return 0, err
 	}
 	e := execReader{ownReader{c: c}}
@@ -106,10 +108,10 @@ func (c *clientConn) learnStatus() error {
 // proxy believes: see learnStatus.
 func (c *clientConn) askStatus() error {
 	c.warn = nil
-	if _, err := c.backend.writeCommand(0, []byte{mysql.COM_PING}, nil); err != nil {
+	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_PING}, nil); err != nil {
 		return err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return err
 	}
 	e := execReader{ownReader{c: c}}

@@ -3,6 +3,8 @@ package proxy
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // watchAfter is how long a client must be idle, outside a transaction,
@@ -24,16 +26,16 @@ type backendWatch struct {
 
 func (c *clientConn) startWatch() *backendWatch {
 	w := &backendWatch{done: make(chan struct{})}
-	parked := c.backend.parked()
+	parked := c.backend.Parked()
 	go func() {
 		defer close(w.done)
 		defer c.recoverGoroutine("idle watch", nil)
 		c.testPanic(panicWatch)
 		var err error
 		if parked {
-			err = c.backend.waitReadable()
+			err = c.backend.WaitReadable()
 		} else {
-			err = c.backend.awaitData()
+			err = c.backend.AwaitData()
 		}
 		if err != nil && isTimeout(err) {
 			return // stopped: the client sent a command, or the wait ended
@@ -44,7 +46,7 @@ func (c *clientConn) startWatch() *backendWatch {
 		w.fired.Store(true)
 		c.mu.Lock()
 		if c.idle {
-			c.client.setReadDeadline(time.Now())
+			c.client.SetReadDeadline(time.Now())
 		}
 		c.mu.Unlock()
 	}()
@@ -57,16 +59,16 @@ func (w *backendWatch) stop(c *clientConn) {
 	select {
 	case <-w.done:
 	default:
-		c.backend.setReadDeadline(time.Now())
+		c.backend.SetReadDeadline(time.Now())
 		<-w.done
 	}
-	c.backend.setReadDeadline(time.Time{})
+	c.backend.SetReadDeadline(time.Time{})
 }
 
 // backendGone passes on whatever the backend sent before it closed the idle
 // session (an error packet the client's library can show) and ends the
 // connection.
 func (c *clientConn) backendGone() error {
-	passLast(c.client, c.backend, time.Second)
+	wire.PassLast(c.client, c.backend, time.Second)
 	return errGone
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -152,7 +153,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	if err := c.finishEngineProbe(); err != nil {
 		return 0, err
 	}
-	n, seq, err := c.client.peekHeader()
+	n, seq, err := c.client.PeekHeader()
 	if err != nil {
 		return 0, err
 	}
@@ -161,22 +162,22 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	c.prevWarn, c.warn = c.warn, nil
 	if seq != 0 {
 		// What the server itself does: this ERR, then the connection ends.
-		c.client.writePacket(0, errPayload(erNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
-		c.client.flush()
-		return 0, c.client.sideErr(malformed("command with sequence number %d", seq))
+		c.client.WritePacket(0, wire.ErrPayload(erNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
+		c.client.Flush()
+		return 0, c.client.Err(wire.Malformed("command with sequence number %d", seq))
 	}
 	if n == 0 {
 		// The server reads an empty packet as COM_SLEEP.
 		if err := c.refuseCommand(mysql.COM_SLEEP, true); err != nil {
 			return 0, err
 		}
-		return 0, c.client.flush()
+		return 0, c.client.Flush()
 	}
-	head, err := c.client.peekPrefix(n, 5)
+	head, err := c.client.PeekPrefix(n, 5)
 	if err != nil {
 		return 0, err
 	}
-	cmd := head[headerLen]
+	cmd := head[wire.HeaderLen]
 	c.noteCommand(cmd)
 	c.testPanic(panicCommand)
 	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_PREPARE {
@@ -196,7 +197,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 	if err != nil {
 		return cmd, err
 	}
-	return cmd, c.client.flush()
+	return cmd, c.client.Flush()
 }
 
 // refuseCommand answers a command byte the proxy does not relay (empty: an
@@ -204,7 +205,7 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 // it reaches the server, and the connection goes on, as after the server's
 // own "Unknown command".
 func (c *clientConn) refuseCommand(cmd byte, empty bool) error {
-	seq, err := c.client.skipPacket()
+	seq, err := c.client.SkipPacket()
 	if err != nil {
 		return err
 	}
@@ -314,7 +315,7 @@ func (c *clientConn) comStmtFetch(head []byte) error {
 	if ps != nil && ps.call != nil {
 		// The proxy's own statements return their row at once, never a
 		// cursor: the server's answer for a statement without one.
-		seq, err := c.client.skipPacket()
+		seq, err := c.client.SkipPacket()
 		if err != nil {
 			return err
 		}
@@ -328,7 +329,7 @@ func (c *clientConn) comStmtFetch(head []byte) error {
 // option is the 2 bytes after the command, a missing byte 0, anything
 // after them ignored) and follows its effect on multi-statements.
 func (c *clientConn) comSetOption() error {
-	p, seq, err := c.client.readPacket(c.buf[:0], maxWholePacket)
+	p, seq, err := c.client.ReadPacket(c.buf[:0], wire.MaxWholePacket)
 	if err != nil {
 		return err
 	}
@@ -340,10 +341,10 @@ func (c *clientConn) comSetOption() error {
 	if len(p) > 2 {
 		opt |= uint16(p[2]) << 8
 	}
-	if _, err := c.backend.writePacket(0, []byte{mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
+	if _, err := c.backend.WritePacket(0, []byte{mysql.COM_SET_OPTION, byte(opt), byte(opt >> 8)}); err != nil {
 		return err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return err
 	}
 	c.x.align(1, c.x.cmdSeq+1)
@@ -358,7 +359,7 @@ func (c *clientConn) comSetOption() error {
 		case mysql.MYSQL_OPTION_MULTI_STATEMENTS_OFF:
 			c.multiStatements = false
 		}
-		if st, valid := eofStatus(payload, c.deprecateEOF); valid {
+		if st, valid := wire.EOFStatus(payload, c.deprecateEOF); valid {
 			c.noteStatus(st)
 		}
 	}
@@ -389,13 +390,13 @@ func (c *clientConn) comBinlogDump() error {
 
 // comInitDB forwards COM_INIT_DB and tracks the new current schema.
 func (c *clientConn) comInitDB() error {
-	p, ok, err := c.client.peekPacket()
+	p, ok, err := c.client.PeekPacket()
 	if err != nil {
 		return err
 	}
 	db := ""
 	if ok {
-		db = string(p[headerLen+1:])
+		db = string(p[wire.HeaderLen+1:])
 	}
 	if err := c.forwardCommand(); err != nil {
 		return err
@@ -410,18 +411,18 @@ func (c *clientConn) comInitDB() error {
 // comChangeUser relays COM_CHANGE_USER's authentication exchange like the
 // initial one.
 func (c *clientConn) comChangeUser() error {
-	p, _, err := c.client.readPacket(c.buf[:0], maxWholePacket)
+	p, _, err := c.client.ReadPacket(c.buf[:0], wire.MaxWholePacket)
 	if err != nil {
 		return err
 	}
 	cu, perr := parseChangeUser(p, c.caps)
 	if perr != nil {
-		return c.client.sideErr(perr)
+		return c.client.Err(perr)
 	}
-	if _, err := c.backend.writePacket(0, p); err != nil {
+	if _, err := c.backend.WritePacket(0, p); err != nil {
 		return err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return err
 	}
 	c.x.started = true
@@ -440,12 +441,12 @@ func (c *clientConn) comChangeUser() error {
 
 // pipe copies bytes both ways until either side closes (replication).
 func (c *clientConn) pipe() error {
-	if err := c.client.flush(); err != nil {
+	if err := c.client.Flush(); err != nil {
 		return err
 	}
 	errc := make(chan error, 2)
-	go func() { defer c.recoverGoroutine("replication pipe", errc); errc <- copyAll(c.client, c.backend) }()
-	go func() { defer c.recoverGoroutine("replication pipe", errc); errc <- copyAll(c.backend, c.client) }()
+	go func() { defer c.recoverGoroutine("replication pipe", errc); errc <- wire.CopyAll(c.client, c.backend) }()
+	go func() { defer c.recoverGoroutine("replication pipe", errc); errc <- wire.CopyAll(c.backend, c.client) }()
 	err := <-errc
 	c.forceClose()
 	<-errc
@@ -455,11 +456,11 @@ func (c *clientConn) pipe() error {
 // proxyStmtCommand handles CLOSE, SEND_LONG_DATA and RESET of a statement
 // the proxy owns.
 func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
-	n, _, err := c.client.peekHeader()
+	n, _, err := c.client.PeekHeader()
 	if err != nil {
 		return err
 	}
-	if _, _, err := c.client.readPacket(nil, max(n, maxWholePacket)); err != nil {
+	if _, _, err := c.client.ReadPacket(nil, max(n, wire.MaxWholePacket)); err != nil {
 		return err
 	}
 	switch cmd {
@@ -472,10 +473,10 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 	c.x.started = true
 	st := c.ownStatus()
 	ok := append([]byte{mysql.OK_HEADER, 0, 0}, byte(st), byte(st>>8), 0, 0)
-	if _, err := c.client.writePacket(c.x.cmdSeq+1, ok); err != nil {
+	if _, err := c.client.WritePacket(c.x.cmdSeq+1, ok); err != nil {
 		return err
 	}
-	return c.client.flush()
+	return c.client.Flush()
 }
 
 // refuseTooLarge answers a statement longer than limits.max_query_bytes,
@@ -484,13 +485,13 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 // gets ERR 1153 as from a server's max_allowed_packet, and the connection
 // ends (the backend may have seen part of the packet).
 func (c *clientConn) refuseTooLarge() error {
-	c.client.setReadDeadline(time.Now().Add(10 * time.Second))
-	seq, err := c.client.skipPacket()
+	c.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	seq, err := c.client.SkipPacket()
 	if err != nil {
 		return err
 	}
-	c.client.writePacket(seq+1, errPayload(erNetPacketTooBig, "08S01", fmt.Sprintf(
+	c.client.WritePacket(seq+1, wire.ErrPayload(erNetPacketTooBig, "08S01", fmt.Sprintf(
 		"fenceproxy: statement larger than limits.max_query_bytes (%d bytes)", c.cmdLimit)))
-	c.client.flush()
-	return c.client.sideErr(errTooLarge)
+	c.client.Flush()
+	return c.client.Err(wire.ErrTooLarge)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -23,7 +24,7 @@ type clientConn struct {
 	p      *Proxy
 	id     uint64
 	lg     *slog.Logger // see log
-	client *packetConn
+	client *wire.Conn
 	peer   atomic.Pointer[peerInfo] // the client's address when its socket's is not it (peer.go)
 
 	connectedAt time.Time
@@ -35,7 +36,7 @@ type clientConn struct {
 	acquiredTTL   time.Duration
 	pub           connState // under mu
 
-	backend *packetConn
+	backend *wire.Conn
 	// quitSent: the client's COM_QUIT went to the backend, which closes
 	// the session on it; close need not send one more (measured: one
 	// system call per connection, and a packet into a closing socket).
@@ -49,8 +50,8 @@ type clientConn struct {
 	multiStatements bool
 	clientTLS       bool
 	backendTLS      bool
-	scramble        []byte  // the backend's current auth challenge
-	authErr         errInfo // the backend's ERR to the last refused login (relayAuth), for loginRefused
+	scramble        []byte       // the backend's current auth challenge
+	authErr         wire.ErrInfo // the backend's ERR to the last refused login (relayAuth), for loginRefused
 	srv             rewrite.Server
 	// probe: the engine probe whose answer is still unread (engine.go),
 	// read before the first command under probeDeadline, or probeTimeout
@@ -121,7 +122,7 @@ type clientConn struct {
 }
 
 func newClientConn(p *Proxy, nc net.Conn, id uint64) *clientConn {
-	c := &clientConn{p: p, id: id, client: newPacketConn(clientSide, nc), connectedAt: time.Now()}
+	c := &clientConn{p: p, id: id, client: wire.NewConn(wire.Client, nc), connectedAt: time.Now()}
 	c.fence.c = c
 	return c
 }
@@ -159,7 +160,7 @@ func (c *clientConn) remote() string {
 	if c.client == nil {
 		return ""
 	}
-	if a := c.client.remoteAddr(); a != nil {
+	if a := c.client.RemoteAddr(); a != nil {
 		return a.String()
 	}
 	return ""
@@ -203,15 +204,12 @@ func (c *clientConn) serve(rt *runtime) {
 // flushCounters moves the byte counts of both sides into the metrics.
 func (c *clientConn) flushCounters() {
 	m := c.p.metrics
-	if n := c.client.bytesIn; n > 0 {
+	if n := c.client.TakeBytesIn(); n > 0 {
 		m.bytesToServer.Add(float64(n))
-		c.client.bytesIn = 0
 	}
-	if n := c.backend.bytesIn; n > 0 {
+	if n := c.backend.TakeBytesIn(); n > 0 {
 		m.bytesToClient.Add(float64(n))
-		c.backend.bytesIn = 0
 	}
-	c.client.bytesOut, c.backend.bytesOut = 0, 0
 }
 
 var (
@@ -241,8 +239,8 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 			watch.stop(c)
 		}
 		// What ends the wait, a command or the connection, needs them.
-		c.client.unpark()
-		c.backend.unpark()
+		c.client.Unpark()
+		c.backend.Unpark()
 	}()
 	for {
 		// Arm the deadline before declaring idleness, so that wake's
@@ -257,12 +255,12 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 				deadline, early = at, true
 			}
 		}
-		c.client.setReadDeadline(deadline)
+		c.client.SetReadDeadline(deadline)
 		c.mu.Lock()
 		// After an ERR the transaction state is unknown until asked: a
 		// drain wakes the wait, and drainable asks.
 		c.idle = c.statusStale || !c.inTransaction()
-		c.parked = c.client.parked() && c.backend.parked()
+		c.parked = c.client.Parked() && c.backend.Parked()
 		// A watch that fired before idle was set could not wake this
 		// wait (it found idle false): its fired flag, stored before it
 		// took mu, is visible here.
@@ -277,16 +275,16 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 			return errDraining
 		}
 		var err error
-		if c.client.parked() {
-			err = c.client.waitReadable()
+		if c.client.Parked() {
+			err = c.client.WaitReadable()
 		}
 		if err == nil {
-			c.client.unpark()
-			_, _, err = c.client.peekHeader()
+			c.client.Unpark()
+			_, _, err = c.client.PeekHeader()
 		}
 		c.mu.Lock()
 		c.idle, c.parked = false, false
-		c.client.setReadDeadline(time.Time{})
+		c.client.SetReadDeadline(time.Time{})
 		c.mu.Unlock()
 		if err == nil {
 			return nil
@@ -326,8 +324,8 @@ func (c *clientConn) waitCommand(rt *runtime) error {
 // next command: its buffers (until that command comes), and the scratch
 // of a large statement (up to maxKeptBuffer).
 func (c *clientConn) settle() {
-	c.client.park()
-	c.backend.park()
+	c.client.Park()
+	c.backend.Park()
 	c.buf = nil
 }
 
@@ -337,14 +335,14 @@ func (c *clientConn) wake() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.idle {
-		c.client.setReadDeadline(time.Now())
+		c.client.SetReadDeadline(time.Now())
 	}
 }
 
 func (c *clientConn) forceClose() {
-	c.client.close()
+	c.client.Close()
 	if c.backend != nil {
-		c.backend.close()
+		c.backend.Close()
 	}
 }
 
@@ -369,7 +367,7 @@ func (c *clientConn) inTransaction() bool { return c.status&mysql.SERVER_STATUS_
 // or whose answer is an error (its transaction was aborted), is closed.
 func (c *clientConn) drainable() bool {
 	if c.statusStale {
-		c.backend.unpark()
+		c.backend.Unpark()
 		if err := c.learnStatus(); err != nil {
 			return true
 		}
@@ -397,25 +395,25 @@ func (c *clientConn) noteStatus(st uint16) {
 func (c *clientConn) close() {
 	if c.backend != nil {
 		if !c.quitSent {
-			c.backend.setWriteDeadline(time.Now().Add(time.Second))
-			if _, err := c.backend.writePacket(0, []byte{mysql.COM_QUIT}); err == nil {
-				c.backend.flush()
+			c.backend.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := c.backend.WritePacket(0, []byte{mysql.COM_QUIT}); err == nil {
+				c.backend.Flush()
 			}
 		}
-		c.backend.close()
+		c.backend.Close()
 		c.flushCounters()
 	}
-	c.client.close()
+	c.client.Close()
 }
 
 // abortCommand ends the connection after an error in a command. A backend failure
 // before any of the response was sent reaches the client as an ERR packet;
 // after that, the only honest signal is closing the connection.
 func (c *clientConn) abortCommand(err error) {
-	var ce *connError
-	if errors.As(err, &ce) && ce.side == backendSide && !c.x.started {
-		c.sendError(erBackendLost, stateBackendLost, "fenceproxy: lost connection to the backend ("+ce.err.Error()+"); the session is closed: reconnect (an open transaction did not commit; the outcome of the statement in flight is unknown)")
-		c.client.flush()
+	var ce *wire.ConnError
+	if errors.As(err, &ce) && ce.Side == wire.Backend && !c.x.started {
+		c.sendError(erBackendLost, stateBackendLost, "fenceproxy: lost connection to the backend ("+ce.Err.Error()+"); the session is closed: reconnect (an open transaction did not commit; the outcome of the statement in flight is unknown)")
+		c.client.Flush()
 	}
 	c.logEnd(err, "command")
 }
@@ -433,7 +431,7 @@ func (c *clientConn) logEnd(err error, phase string) {
 	case errors.As(err, new(*loginError)): // logged by loginRefused
 	case errors.Is(err, errIdle):
 		c.log().Info("connection closed after idle timeout")
-	case errors.Is(err, errMalformed):
+	case errors.Is(err, wire.ErrMalformed):
 		c.log().Warn("connection closed: protocol violation", "phase", phase, "err", err)
 	default:
 		c.log().Info("connection closed", "phase", phase, "err", err)

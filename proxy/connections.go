@@ -9,6 +9,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // ConnInfo describes one client connection for the admin endpoint.
@@ -52,7 +53,7 @@ type connState struct {
 	leaseUntil    time.Time
 	leaseTTL      time.Duration
 	backendConnID uint32
-	backend       *packetConn
+	backend       *wire.Conn
 	program       string
 }
 
@@ -125,12 +126,12 @@ func (c *clientConn) info(now time.Time) ConnInfo {
 // kill closes both sides of the connection from outside its goroutine,
 // which then ends on its next read or write.
 func (c *clientConn) kill() {
-	c.client.closeSocket()
+	c.client.CloseSocket()
 	c.mu.Lock()
 	b := c.pub.backend
 	c.mu.Unlock()
 	if b != nil {
-		b.close()
+		b.Close()
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -325,7 +326,7 @@ func (c *clientConn) unguardedRefusal(rt *runtime, d rewrite.Decision) rewrite.D
 // unchanged. The message names the table and lease; a client can SIGNAL
 // the same itself, so a table the policy does not protect is recorded as
 // such and never becomes a metric label of its own.
-func (fg *fencing) auditGuardError(hook resultHook, e errInfo) {
+func (fg *fencing) auditGuardError(hook resultHook, e wire.ErrInfo) {
 	c := fg.c
 	rt := c.p.rt.Load()
 	if t, ok := hook.(*tracker); ok && t.rt != nil {
@@ -334,7 +335,7 @@ func (fg *fencing) auditGuardError(hook resultHook, e errInfo) {
 	if rt == nil {
 		return
 	}
-	ref, ok := lease.ParseGuardError(e.msg)
+	ref, ok := lease.ParseGuardError(e.Msg)
 	rec := audit.Record{Reason: audit.DatabaseGuard, Outcome: "error"}
 	var fence *rewrite.Fence
 	if t, isT := hook.(*tracker); isT {

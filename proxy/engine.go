@@ -83,7 +83,7 @@ func (c *clientConn) sendEngineProbe(rt *runtime) error {
 	if err := c.queueOwn(sql); err != nil {
 		return err
 	}
-	return c.backend.flush()
+	return c.backend.Flush()
 }
 
 // finishEngineProbe reads the answer to the probe in flight, if any, and
@@ -99,9 +99,9 @@ func (c *clientConn) finishEngineProbe() error {
 	probe := c.probe
 	c.probe = probeNone
 	if now := time.Now(); !now.Before(c.probeDeadline) && c.probeTimeout > 0 {
-		c.backend.setReadDeadline(now.Add(c.probeTimeout))
+		c.backend.SetReadDeadline(now.Add(c.probeTimeout))
 	}
-	defer c.backend.setReadDeadline(time.Time{})
+	defer c.backend.SetReadDeadline(time.Time{})
 	if probe == probeWsrepVar {
 		rows, err := c.readOwn()
 		if err == nil {
@@ -112,14 +112,14 @@ func (c *clientConn) finishEngineProbe() error {
 		if !ok {
 			return err
 		}
-		if be.code != erUnknownSystemVariable {
+		if be.Code != erUnknownSystemVariable {
 			return c.probeFailed(err)
 		}
 		c.p.noWsrepVar.Store(true)
 		if err := c.queueOwn(probeShowSQL); err != nil {
 			return err
 		}
-		if err := c.backend.flush(); err != nil {
+		if err := c.backend.Flush(); err != nil {
 			return err
 		}
 	}

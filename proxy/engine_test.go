@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -49,7 +50,7 @@ func runLearnEngine(t *testing.T, p *Proxy, flavor rewrite.Flavor, answers map[s
 	if err := c.learnEngine(rt); err != nil {
 		t.Fatalf("learnEngine: %v", err)
 	}
-	c.backend.conn.Close()
+	c.backend.Close()
 	return c.srv, <-got
 }
 
@@ -86,7 +87,7 @@ func engineConn(t *testing.T, p *Proxy, flavor rewrite.Flavor, answers map[strin
 		}
 	}()
 	c := &clientConn{p: p, lg: slog.New(slog.NewTextHandler(io.Discard, nil)), deprecateEOF: true,
-		backend: newPacketConn(backendSide, proxySide), srv: rewrite.Server{Flavor: flavor}}
+		backend: wire.NewConn(wire.Backend, proxySide), srv: rewrite.Server{Flavor: flavor}}
 	return c, got
 }
 
@@ -117,7 +118,7 @@ func TestEngineProbeReadAfterHandshakeDeadline(t *testing.T) {
 			}
 			// As handshake leaves it, with the deadline passed.
 			c.probeDeadline = time.Now().Add(-time.Millisecond)
-			c.backend.conn.SetReadDeadline(c.probeDeadline)
+			c.backend.SetReadDeadline(c.probeDeadline)
 			if err := c.finishEngineProbe(); err != nil {
 				t.Fatalf("finishEngineProbe after the handshake deadline: %v", err)
 			}
@@ -127,7 +128,7 @@ func TestEngineProbeReadAfterHandshakeDeadline(t *testing.T) {
 			if c.probe != probeNone {
 				t.Error("probe still in flight after finishEngineProbe")
 			}
-			c.backend.conn.Close()
+			c.backend.Close()
 			if q := <-got; len(q) != 1 {
 				t.Errorf("backend got %q, want the one probe", q)
 			}
@@ -141,8 +142,8 @@ func TestLearnEngine(t *testing.T) {
 	const sel, show = "SELECT @@wsrep_on", "SHOW VARIABLES LIKE 'wsrep_on'"
 	selHead := engineRows("@@wsrep_on")
 	showHead := engineRows("Variable_name", "Value")
-	unknown := benchPacket(1, errPayload(erUnknownSystemVariable, "HY000", "Unknown system variable 'wsrep_on'"))
-	denied := benchPacket(1, errPayload(1227, "42000", "Access denied"))
+	unknown := benchPacket(1, wire.ErrPayload(erUnknownSystemVariable, "HY000", "Unknown system variable 'wsrep_on'"))
+	denied := benchPacket(1, wire.ErrPayload(1227, "42000", "Access denied"))
 	for _, tc := range []struct {
 		name    string
 		answers map[string][]byte

@@ -15,8 +15,8 @@ import (
 var errorWriters = map[string]int{
 	"sendError":         0,
 	"writeAuthError":    1,
-	"errPayload":        0,
-	"initialErrPayload": 0,
+	"ErrPayload":        0,
+	"InitialErrPayload": 0,
 }
 
 // TestNoClientRangeErrorCodes: every error code the proxy sends itself is

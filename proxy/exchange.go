@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // exchange is the framing of the current command's response to the client:
@@ -70,25 +72,11 @@ func (x *exchange) endStatus(st uint16) uint16 {
 	return x.status(st &^ mysql.SERVER_MORE_RESULTS_EXISTS)
 }
 
-// statusOffset is where the status flags of p, the payload of an OK (or an
-// EOF packet, when eof), start; ok is false when p is not such a packet.
-func statusOffset(p []byte, eof bool) (int, bool) {
-	off := 3 // EOF: header, warnings, status
-	if !eof {
-		ok, valid := parseOK(p)
-		if !valid {
-			return 0, false
-		}
-		off = ok.infoOff - 4
-	}
-	return off, len(p) >= off+2
-}
-
 // markEnd rewrites in place the status flags of p, the payload of the
 // response's final OK (or EOF packet, when eof), to endStatus. It reports
 // false when p is not such a packet.
 func (x *exchange) markEnd(p []byte, eof bool) bool {
-	off, ok := statusOffset(p, eof)
+	off, ok := wire.StatusOffset(p, eof)
 	if ok {
 		binary.LittleEndian.PutUint16(p[off:], x.endStatus(binary.LittleEndian.Uint16(p[off:])))
 	}
@@ -99,7 +87,7 @@ func (x *exchange) markEnd(p []byte, eof bool) bool {
 // the client's command, or past what the proxy already sent of the response.
 func (c *clientConn) nextSeq() byte {
 	if c.x.started {
-		return c.client.lastOut + 1
+		return c.client.LastOut() + 1
 	}
 	return c.x.cmdSeq + 1
 }
@@ -109,7 +97,7 @@ func (c *clientConn) sendError(code uint16, state, msg string) error {
 	seq := c.nextSeq()
 	c.x.started = true
 	c.x.lastErr = true
-	_, err := c.client.writePacket(seq, errPayload(code, state, msg))
+	_, err := c.client.WritePacket(seq, wire.ErrPayload(code, state, msg))
 	return err
 }
 
@@ -121,17 +109,17 @@ func (c *clientConn) sendNoRows() error {
 	ok = append(ok, 0, 0)
 	seq := c.nextSeq()
 	c.x.started = true
-	_, err := c.client.writePacket(seq, ok)
+	_, err := c.client.WritePacket(seq, ok)
 	return err
 }
 
 // holdBackendPacket copies the backend's next packet (payload of n bytes)
 // into the held packet instead of relaying it.
 func (c *clientConn) holdBackendPacket(n int) {
-	pkt, _ := c.backend.packet(n)
+	pkt, _ := c.backend.Packet(n)
 	c.x.held.eof = false
 	c.x.held.seq = pkt[3]
-	c.x.held.p = append(c.x.held.p[:0], pkt[headerLen:]...)
+	c.x.held.p = append(c.x.held.p[:0], pkt[wire.HeaderLen:]...)
 	c.takeBackendPacket(n)
 }
 
@@ -142,10 +130,10 @@ func (c *clientConn) writeHeld() error {
 	p := c.x.held.p
 	c.x.held.p = nil
 	if !c.x.markEnd(p, c.x.held.eof) {
-		return c.backend.sideErr(malformed("held packet"))
+		return c.backend.Err(wire.Malformed("held packet"))
 	}
 	c.x.started = true
-	_, err := c.client.writePacket(c.x.held.seq+c.x.delta, p)
+	_, err := c.client.WritePacket(c.x.held.seq+c.x.delta, p)
 	return err
 }
 
@@ -154,11 +142,11 @@ func (c *clientConn) writeHeld() error {
 // exchange makes of its own (end: it ends the response). The hot path
 // relays such packets unchanged: see needsMarks.
 func (c *clientConn) relayMarked(pkt []byte, n int, eof, end bool) error {
-	off, ok := statusOffset(pkt[headerLen:], eof)
+	off, ok := wire.StatusOffset(pkt[wire.HeaderLen:], eof)
 	if !ok {
-		return c.backend.sideErr(malformed("status flags"))
+		return c.backend.Err(wire.Malformed("status flags"))
 	}
-	out := append(c.x.scratch[:0], pkt[headerLen:]...)
+	out := append(c.x.scratch[:0], pkt[wire.HeaderLen:]...)
 	c.x.scratch = out
 	st := binary.LittleEndian.Uint16(out[off:])
 	if end {
@@ -170,7 +158,7 @@ func (c *clientConn) relayMarked(pkt []byte, n int, eof, end bool) error {
 	seq := pkt[3] + c.x.delta
 	c.takeBackendPacket(n)
 	c.x.started = true
-	_, err := c.client.writePacket(seq, out)
+	_, err := c.client.WritePacket(seq, out)
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -117,10 +118,10 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		}
 		// A conflict here (a brute-force abort on Galera shows at the
 		// next command) ended an earlier fenced write's transaction.
-		if err := fg.noteError(be.code); err != nil {
+		if err := fg.noteError(be.Code); err != nil {
 			return err
 		}
-		return c.sendError(be.code, be.state, be.msg)
+		return c.sendError(be.Code, be.State, be.Msg)
 	}
 	// Under LOCK TABLES the table lock on the lease table keeps guard and
 	// write atomic, and START TRANSACTION would unlock the tables. Not on
@@ -174,7 +175,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 			if !ok {
 				return err
 			}
-			if !wrap && fg.engineConflict(be.code) {
+			if !wrap && fg.engineConflict(be.Code) {
 				endErr = be
 			}
 		}
@@ -190,10 +191,10 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 			// statement): it must hear so, not "0 rows" in a transaction
 			// that is gone.
 			fg.auditStale(rt, f, v, "error")
-			if err := fg.noteError(endErr.code); err != nil {
+			if err := fg.noteError(endErr.Code); err != nil {
 				return err
 			}
-			return c.sendError(endErr.code, endErr.state, endErr.msg)
+			return c.sendError(endErr.Code, endErr.State, endErr.Msg)
 		}
 		return fg.rejectGuarded(rt, f, v)
 	}
@@ -203,7 +204,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	if !ok {
 		// A lease row without an expiry the proxy can read back: no
 		// recheck can say the write ran while it was live.
-		return c.backend.sideErr(malformed("lease guard returned the expiry %q", v.until))
+		return c.backend.Err(wire.Malformed("lease guard returned the expiry %q", v.until))
 	}
 	if !wrap {
 		return fg.writeInTransaction(rt, f, v, t, send, recheck, began, undo)
@@ -280,7 +281,7 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 	if err := c.queueOwn(recheck); err != nil {
 		return err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return err
 	}
 	kept, rows, rerr, err := fg.readAfterWrite(keep)
@@ -292,7 +293,7 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 		return c.writeHeld()
 	}
 	c.x.held.p = nil
-	if rerr != nil && fg.engineConflict(rerr.code) {
+	if rerr != nil && fg.engineConflict(rerr.Code) {
 		return fg.lostAfterWrite(rerr)
 	}
 	switch {
@@ -350,7 +351,7 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 	if err := c.queueOwn(recheck); err != nil {
 		return err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return err
 	}
 	if err := c.relayResults(t); err != nil {
@@ -362,7 +363,7 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		return err
 	}
 	live := rerr == nil && lease.RecheckHolds(toFields(rows))
-	if rerr != nil && fg.engineConflict(rerr.code) && c.x.held.p != nil {
+	if rerr != nil && fg.engineConflict(rerr.Code) && c.x.held.p != nil {
 		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
@@ -400,10 +401,10 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		// place of the write's success (after its rows, for RETURNING).
 		c.x.held.p = nil
 		c.statusStale = true
-		if err := fg.noteError(be.code); err != nil {
+		if err := fg.noteError(be.Code); err != nil {
 			return err
 		}
-		return c.sendError(be.code, be.state, be.msg)
+		return c.sendError(be.Code, be.State, be.Msg)
 	}
 	fg.keepWarnings(kept, heldWarnings(c.x.held))
 	return c.writeHeld()
@@ -416,10 +417,10 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 func (fg *fencing) lostAfterWrite(be *backendError) error {
 	c := fg.c
 	c.statusStale = true
-	if err := fg.noteError(be.code); err != nil {
+	if err := fg.noteError(be.Code); err != nil {
 		return err
 	}
-	return c.sendError(be.code, be.state, be.msg)
+	return c.sendError(be.Code, be.State, be.Msg)
 }
 
 // readAfterWrite reads what follows a guarded write's response: TiDB's
@@ -509,7 +510,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 				return v, nil, err
 			}
 		}
-		if err := c.backend.flush(); err != nil {
+		if err := c.backend.Flush(); err != nil {
 			return v, nil, err
 		}
 		if lead && i == 0 {
@@ -562,7 +563,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 		gv, valid := g.Read(toFields(rows))
 		if valid && gv.NeedVars {
 			if held {
-				return v, nil, c.backend.sideErr(malformed("the lease row of a guard that held is gone"))
+				return v, nil, c.backend.Err(wire.Malformed("the lease row of a guard that held is gone"))
 			}
 			vr, err := c.backendQuery(g.VarsSQL)
 			if err != nil {
@@ -575,7 +576,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 			gv, valid = g.ReadVars(toFields(vr))
 		}
 		if !valid {
-			return v, nil, c.backend.sideErr(malformed("lease guard returned %d rows", len(rows)))
+			return v, nil, c.backend.Err(wire.Malformed("lease guard returned %d rows", len(rows)))
 		}
 		gvv := verdictOf(gv, ts[i])
 		switch {
@@ -621,24 +622,24 @@ func toFields(rows [][]value) [][]lease.Field {
 // nothing of the write was sent.
 func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *backendError, ts []rewrite.Target) error {
 	c := fg.c
-	msg := be.msg
+	msg := be.Msg
 	switch {
-	case be.code == mysql.ER_NO_SUCH_TABLE:
+	case be.Code == mysql.ER_NO_SUCH_TABLE:
 		msg = "fenceproxy: the lease table for " + ts[0].Schema + "." + ts[0].Table +
 			" is missing (run fenceproxy init): " + msg
-	case be.code == mysql.ER_BAD_FIELD_ERROR && strings.Contains(msg, lease.WriteCounter):
+	case be.Code == mysql.ER_BAD_FIELD_ERROR && strings.Contains(msg, lease.WriteCounter):
 		msg = "fenceproxy: the lease table for " + ts[0].Schema + "." + ts[0].Table + " has no " + lease.WriteCounter +
 			" column, which fenced writes on MariaDB Galera bump (run fenceproxy init to add it): " + msg
-	case fg.engineConflict(be.code):
+	case fg.engineConflict(be.Code):
 		// The guard itself (or the read after it) lost certification, or
 		// TiDB found a write conflict: its transaction is rolled back,
 		// this write and any earlier one in it.
 		fg.fenced = nil
-		if err := fg.auditConflict(rt, f, verdict{lease: ts[0].Lease, table: ts[0].Schema + "." + ts[0].Table}, be.code); err != nil {
+		if err := fg.auditConflict(rt, f, verdict{lease: ts[0].Lease, table: ts[0].Schema + "." + ts[0].Table}, be.Code); err != nil {
 			return err
 		}
 	}
-	return c.sendError(be.code, be.state, msg)
+	return c.sendError(be.Code, be.State, msg)
 }
 
 // erConflict is ER_LOCK_DEADLOCK: on Galera also a certification failure

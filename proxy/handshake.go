@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // serverHandshake is the backend's initial handshake (protocol v10), kept as
@@ -28,17 +30,17 @@ func parseServerHandshake(p []byte) (*serverHandshake, error) {
 	h := &serverHandshake{raw: append([]byte(nil), p...), mariaExtOff: -1, capsHighOff: -1}
 	p = h.raw
 	if len(p) < 1 || p[0] != mysql.ClassicProtocolVersion {
-		return nil, malformed("backend handshake: protocol version %d", first(p))
+		return nil, wire.Malformed("backend handshake: protocol version %d", first(p))
 	}
 	i := 1
 	end := bytes.IndexByte(p[i:], 0)
 	if end < 0 {
-		return nil, malformed("backend handshake: server version")
+		return nil, wire.Malformed("backend handshake: server version")
 	}
 	h.version = string(p[i : i+end])
 	i += end + 1
 	if len(p) < i+4+8+1+2 {
-		return nil, malformed("backend handshake: too short")
+		return nil, wire.Malformed("backend handshake: too short")
 	}
 	h.connID = binary.LittleEndian.Uint32(p[i:])
 	i += 4
@@ -51,7 +53,7 @@ func parseServerHandshake(p []byte) (*serverHandshake, error) {
 		return h, nil
 	}
 	if len(p) < i+1+2+2+1+10 {
-		return nil, malformed("backend handshake: truncated")
+		return nil, wire.Malformed("backend handshake: truncated")
 	}
 	h.charset = p[i]
 	h.status = binary.LittleEndian.Uint16(p[i+1:])
@@ -68,7 +70,7 @@ func parseServerHandshake(p []byte) (*serverHandshake, error) {
 	if h.caps&mysql.CLIENT_SECURE_CONNECTION != 0 {
 		n := max(13, authLen-8)
 		if len(p) < i+n {
-			return nil, malformed("backend handshake: auth data")
+			return nil, wire.Malformed("backend handshake: auth data")
 		}
 		part2 := p[i : i+n]
 		h.scramble = append(h.scramble, bytes.TrimRight(part2, "\x00")...)
@@ -129,13 +131,13 @@ const sslRequestLen = 32
 
 func parseClientHandshake(p []byte) (*clientHandshake, error) {
 	if len(p) < sslRequestLen {
-		return nil, malformed("handshake response too short")
+		return nil, wire.Malformed("handshake response too short")
 	}
 	c := &clientHandshake{raw: append([]byte(nil), p...)}
 	p = c.raw
 	c.caps = binary.LittleEndian.Uint32(p)
 	if c.caps&mysql.CLIENT_PROTOCOL_41 == 0 {
-		return nil, malformed("client does not speak protocol 4.1")
+		return nil, wire.Malformed("client does not speak protocol 4.1")
 	}
 	c.charset = p[8]
 	if len(p) == sslRequestLen {
@@ -144,28 +146,28 @@ func parseClientHandshake(p []byte) (*clientHandshake, error) {
 	i := sslRequestLen
 	end := bytes.IndexByte(p[i:], 0)
 	if end < 0 {
-		return nil, malformed("handshake response: user")
+		return nil, wire.Malformed("handshake response: user")
 	}
 	c.user = string(p[i : i+end])
 	i += end + 1
 	switch {
 	case c.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
-		n, k, _ := lenEnc(p[i:])
+		n, k, _ := wire.LenEnc(p[i:])
 		if k == 0 || uint64(len(p)-i-k) < n {
-			return nil, malformed("handshake response: auth data")
+			return nil, wire.Malformed("handshake response: auth data")
 		}
 		c.authResp = p[i+k : i+k+int(n)]
 		i += k + int(n)
 	case c.caps&mysql.CLIENT_SECURE_CONNECTION != 0:
 		if i >= len(p) || len(p)-i-1 < int(p[i]) {
-			return nil, malformed("handshake response: auth data")
+			return nil, wire.Malformed("handshake response: auth data")
 		}
 		c.authResp = p[i+1 : i+1+int(p[i])]
 		i += 1 + int(p[i])
 	default:
 		end := bytes.IndexByte(p[i:], 0)
 		if end < 0 {
-			return nil, malformed("handshake response: auth data")
+			return nil, wire.Malformed("handshake response: auth data")
 		}
 		c.authResp = p[i : i+end]
 		i += end + 1
@@ -200,13 +202,13 @@ const maxProgramName = 255
 // Attributes are only read for the audit: a malformed block is ignored,
 // never an error, and the response is relayed as the client sent it.
 func connectAttr(attrs []byte, key string) string {
-	total, k, _ := lenEnc(attrs)
+	total, k, _ := wire.LenEnc(attrs)
 	if k == 0 || uint64(len(attrs)-k) < total {
 		return ""
 	}
 	block := attrs[k : k+int(total)]
 	str := func() (string, bool) {
-		n, k, _ := lenEnc(block)
+		n, k, _ := wire.LenEnc(block)
 		if k == 0 || uint64(len(block)-k) < n {
 			return "", false
 		}
@@ -260,19 +262,19 @@ func parseChangeUser(p []byte, caps uint32) (changeUser, error) {
 	i := 1
 	end := bytes.IndexByte(p[i:], 0)
 	if end < 0 {
-		return cu, malformed("COM_CHANGE_USER: user")
+		return cu, wire.Malformed("COM_CHANGE_USER: user")
 	}
 	cu.user = string(p[i : i+end])
 	i += end + 1
 	if caps&mysql.CLIENT_SECURE_CONNECTION != 0 {
 		if i >= len(p) || len(p)-i-1 < int(p[i]) {
-			return cu, malformed("COM_CHANGE_USER: auth data")
+			return cu, wire.Malformed("COM_CHANGE_USER: auth data")
 		}
 		i += 1 + int(p[i])
 	} else {
 		end := bytes.IndexByte(p[i:], 0)
 		if end < 0 {
-			return cu, malformed("COM_CHANGE_USER: auth data")
+			return cu, wire.Malformed("COM_CHANGE_USER: auth data")
 		}
 		i += end + 1
 	}

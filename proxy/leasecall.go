@@ -14,6 +14,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -66,7 +67,7 @@ func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) erro
 	ok = binary.LittleEndian.AppendUint16(ok, uint16(params))
 	ok = append(ok, 0, 0, 0) // filler, warnings
 	c.x.started = true
-	seq, err := c.client.writePacket(c.x.cmdSeq+1, ok)
+	seq, err := c.client.WritePacket(c.x.cmdSeq+1, ok)
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) erro
 // executeLeaseCall answers COM_STMT_EXECUTE of a lease function prepared
 // by prepareLeaseCall.
 func (c *clientConn) executeLeaseCall(rt *runtime, ps *preparedStmt) error {
-	payload, inPlace, err := c.readCommand(maxWholePacket)
+	payload, inPlace, err := c.readCommand(wire.MaxWholePacket)
 	if payload == nil {
 		return err
 	}
@@ -159,10 +160,10 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 				return err
 			}
 			c.p.metrics.leaseCalls(name, "error").Inc()
-			if err := c.fence.noteError(be.code); err != nil {
+			if err := c.fence.noteError(be.Code); err != nil {
 				return err
 			}
-			return c.sendError(be.code, be.state, be.msg)
+			return c.sendError(be.Code, be.State, be.Msg)
 		}
 	}
 	if call.Func != rewrite.FenceStatus && c.inTransaction() {
@@ -371,8 +372,8 @@ func (s sessionConn) Query(ctx context.Context, q string) ([][]string, error) {
 // is called.
 func (c *clientConn) deadlineFrom(ctx context.Context) func() {
 	if dl, ok := ctx.Deadline(); ok {
-		c.backend.setDeadline(dl)
-		return func() { c.backend.setDeadline(time.Time{}) }
+		c.backend.SetDeadline(dl)
+		return func() { c.backend.SetDeadline(time.Time{}) }
 	}
 	return func() {}
 }
@@ -433,7 +434,7 @@ func parseExecuteParams(p []byte, n int, prev []uint16) ([]value, []uint16, erro
 		case mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING,
 			mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB, mysql.MYSQL_TYPE_TINY_BLOB, mysql.MYSQL_TYPE_MEDIUM_BLOB,
 			mysql.MYSQL_TYPE_LONG_BLOB, mysql.MYSQL_TYPE_ENUM, mysql.MYSQL_TYPE_SET, mysql.MYSQL_TYPE_JSON:
-			l, k, _ := lenEnc(p)
+			l, k, _ := wire.LenEnc(p)
 			if k == 0 || uint64(len(p)-k) < l {
 				return nil, nil, errors.New("truncated string parameter")
 			}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -13,8 +14,8 @@ import (
 // rewrite/leaselock.go): where the server's state is uncertain the proxy
 // says unlocked.
 func TestTablesLockedTracking(t *testing.T) {
-	ok := func(status uint16) result { return result{ok: okPacket{status: status}} }
-	fail := func(code uint16) result { return result{isErr: true, err: errInfo{code: code}} }
+	ok := func(status uint16) result { return result{ok: wire.OKPacket{Status: status}} }
+	fail := func(code uint16) result { return result{isErr: true, err: wire.ErrInfo{Code: code}} }
 	lockTables := rewrite.Stmt{Locks: rewrite.LocksTaken}
 	cases := []struct {
 		name   string

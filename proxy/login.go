@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fenceproxy/fenceproxy/internal/logging"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // loginReasons classes the errors a server answers a login with, for
@@ -67,11 +68,11 @@ func (c *clientConn) loginRefused() error { return c.noteLoginRefused(c.user) }
 // user, the client, the database asked for and the server's error.
 func (c *clientConn) noteLoginRefused(user string) *loginError {
 	ae := c.authErr
-	c.authErr = errInfo{}
-	if ae.code == 0 {
-		ae = errInfo{code: erAccessDenied, state: "28000", msg: "caching_sha2_password: the password was encrypted with a key other than the proxy's"}
+	c.authErr = wire.ErrInfo{}
+	if ae.Code == 0 {
+		ae = wire.ErrInfo{Code: erAccessDenied, State: "28000", Msg: "caching_sha2_password: the password was encrypted with a key other than the proxy's"}
 	}
-	e := &loginError{code: ae.code, state: ae.state, msg: ae.msg, reason: loginReason(ae.code)}
+	e := &loginError{code: ae.Code, state: ae.State, msg: ae.Msg, reason: loginReason(ae.Code)}
 	m := c.p.metrics
 	m.loginFailures[loginReasonIndex(e.reason)].Inc()
 	if e.reason == "authentication" {

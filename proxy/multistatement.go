@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -51,11 +52,11 @@ func (c *clientConn) refuseMultiStatement(payload []byte, inPlace bool, n int) (
 		c.consumeCommand(payload, inPlace)
 		return true, c.sendError(erMultiStatementDisabled, "HY000", msgMultiStatementDisabled)
 	}
-	if _, err := c.backend.writeCommand(0, []byte{mysql.COM_STMT_PREPARE}, payload[1:]); err != nil {
+	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_PREPARE}, payload[1:]); err != nil {
 		return true, err
 	}
 	c.consumeCommand(payload, inPlace)
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return true, err
 	}
 	p, _, small, err := c.peekBackend()
@@ -72,10 +73,10 @@ func (c *clientConn) refuseMultiStatement(payload []byte, inPlace bool, n int) (
 	if err != nil {
 		return true, err
 	}
-	if _, err := c.backend.writePacket(0, stmtCmdPacket(mysql.COM_STMT_CLOSE, id)); err != nil {
+	if _, err := c.backend.WritePacket(0, stmtCmdPacket(mysql.COM_STMT_CLOSE, id)); err != nil {
 		return true, err
 	}
-	if err := c.backend.flush(); err != nil {
+	if err := c.backend.Flush(); err != nil {
 		return true, err
 	}
 	return true, c.sendError(erNotAllowed, "42000", fmt.Sprintf(
@@ -85,12 +86,12 @@ func (c *clientConn) refuseMultiStatement(payload []byte, inPlace bool, n int) (
 // skipPrepareResponse reads a COM_STMT_PREPARE OK response of the proxy's
 // own and returns its statement id.
 func (c *clientConn) skipPrepareResponse() (uint32, error) {
-	p, _, err := c.backend.readPacket(nil, maxShortPacket)
+	p, _, err := c.backend.ReadPacket(nil, wire.MaxShortPacket)
 	if err != nil {
 		return 0, err
 	}
 	if len(p) < 12 || p[0] != mysql.OK_HEADER {
-		return 0, c.backend.sideErr(malformed("prepare response"))
+		return 0, c.backend.Err(wire.Malformed("prepare response"))
 	}
 	id := uint32(p[1]) | uint32(p[2])<<8 | uint32(p[3])<<16 | uint32(p[4])<<24
 	cols := int(p[5]) | int(p[6])<<8
@@ -103,7 +104,7 @@ func (c *clientConn) skipPrepareResponse() (uint32, error) {
 			k++
 		}
 		for range k {
-			if _, err := c.backend.skipPacket(); err != nil {
+			if _, err := c.backend.SkipPacket(); err != nil {
 				return 0, err
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/logging"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // Panic isolation. A panic while serving one connection, on its goroutine
@@ -99,8 +100,8 @@ func (c *clientConn) recoverGoroutine(what string, done chan<- error) {
 	c.notePanic(v, what)
 	// The backend first: the connection's goroutine, which wakes when the
 	// client's side closes, then finds nothing to send a COM_QUIT into.
-	c.backend.close()
-	c.client.close()
+	c.backend.Close()
+	c.client.Close()
 	if done != nil {
 		done <- errPanicked
 	}
@@ -168,13 +169,13 @@ func answered(cmd string) bool {
 // waiting in the client's buffer.
 func (c *clientConn) sendPanicError() {
 	defer func() { recover() }() // the client's buffers may be what broke
-	if c.client.parked() || c.client.pendingWrite() {
+	if c.client.Parked() || c.client.PendingWrite() {
 		return
 	}
-	c.client.setWriteDeadline(time.Now().Add(time.Second))
+	c.client.SetWriteDeadline(time.Now().Add(time.Second))
 	msg := "Internal error: fenceproxy failed serving this command (logged as connection " + strconv.FormatUint(c.id, 10) +
 		"); the connection is closed and an open transaction rolled back"
-	if _, err := c.client.writePacket(c.x.cmdSeq+1, errPayload(erInternal, "HY000", msg)); err == nil {
-		c.client.flush()
+	if _, err := c.client.WritePacket(c.x.cmdSeq+1, wire.ErrPayload(erInternal, "HY000", msg)); err == nil {
+		c.client.Flush()
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -73,10 +74,10 @@ func (c *clientConn) closeStmt(id uint32) {
 // header and at least 5 payload bytes); ok is false for a packet too short
 // to carry one.
 func stmtIDOf(head []byte) (id uint32, ok bool) {
-	if len(head) < headerLen+5 {
+	if len(head) < wire.HeaderLen+5 {
 		return 0, false
 	}
-	return binary.LittleEndian.Uint32(head[headerLen+1:]), true
+	return binary.LittleEndian.Uint32(head[wire.HeaderLen+1:]), true
 }
 
 // resolveStmt finds the statement a COM_STMT_* packet names, as the
@@ -99,7 +100,7 @@ func (c *clientConn) resolveStmt(head []byte) (id uint32, ps *preparedStmt, none
 			return id, nil, true
 		}
 		id = c.stmts.last
-		binary.LittleEndian.PutUint32(head[headerLen+1:], id)
+		binary.LittleEndian.PutUint32(head[wire.HeaderLen+1:], id)
 	}
 	return id, c.prepared[id], false
 }
@@ -108,7 +109,7 @@ func (c *clientConn) resolveStmt(head []byte) (id uint32, ps *preparedStmt, none
 // COM_STMT_CLOSE and SEND_LONG_DATA get no answer, the others ERR 1243
 // naming the server function.
 func (c *clientConn) unknownStmt(cmd byte, id uint32) error {
-	seq, err := c.client.skipPacket()
+	seq, err := c.client.SkipPacket()
 	if err != nil {
 		return err
 	}

@@ -8,64 +8,9 @@ import (
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
-
-func TestLenEnc(t *testing.T) {
-	for _, v := range []uint64{0, 1, 250, 251, 0xffff, 0x10000, 0xffffff, 0x1000000, math.MaxUint64} {
-		b := mysql.AppendLengthEncodedInteger(nil, v)
-		got, n, null := lenEnc(b)
-		if got != v || n != len(b) || null {
-			t.Errorf("%d: encoded %x, decoded %d (n=%d null=%v)", v, b, got, n, null)
-		}
-		if _, n, _ := lenEnc(b[:len(b)-1]); len(b) > 1 && n != 0 {
-			t.Errorf("%d: truncated encoding decoded", v)
-		}
-	}
-	if _, n, null := lenEnc([]byte{0xfb}); !null || n != 1 {
-		t.Error("0xFB is NULL")
-	}
-	if _, n, _ := lenEnc([]byte{0xff}); n != 0 {
-		t.Error("0xFF is not a length")
-	}
-}
-
-func okPayload(affected, insertID uint64, status, warnings uint16, rest []byte) []byte {
-	p := []byte{0}
-	p = mysql.AppendLengthEncodedInteger(p, affected)
-	p = mysql.AppendLengthEncodedInteger(p, insertID)
-	p = binary.LittleEndian.AppendUint16(p, status)
-	p = binary.LittleEndian.AppendUint16(p, warnings)
-	return append(p, rest...)
-}
-
-func TestParseOK(t *testing.T) {
-	p := okPayload(300, 70000, mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_MORE_RESULTS_EXISTS, 2, []byte("Rows matched: 1"))
-	ok, valid := parseOK(p)
-	if !valid || ok.affectedRows != 300 || ok.lastInsertID != 70000 || ok.warnings != 2 ||
-		ok.status != mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_MORE_RESULTS_EXISTS || string(p[ok.infoOff:]) != "Rows matched: 1" {
-		t.Fatalf("parseOK: %+v %v", ok, valid)
-	}
-	for i := 1; i < ok.infoOff; i++ {
-		if _, valid := parseOK(p[:i]); valid {
-			t.Fatalf("truncated OK of %d bytes accepted", i)
-		}
-	}
-}
-
-func TestEOFStatusAndTerminator(t *testing.T) {
-	eof := []byte{0xfe, 1, 0, byte(mysql.SERVER_STATUS_AUTOCOMMIT), 0}
-	if st, ok := eofStatus(eof, false); !ok || st != mysql.SERVER_STATUS_AUTOCOMMIT {
-		t.Fatalf("EOF status %x %v", st, ok)
-	}
-	okEOF := okPayload(0, 0, mysql.SERVER_MORE_RESULTS_EXISTS, 0, nil)
-	okEOF[0] = 0xfe
-	if st, ok := eofStatus(okEOF, true); !ok || st != mysql.SERVER_MORE_RESULTS_EXISTS {
-		t.Fatalf("OK-as-EOF status %x %v", st, ok)
-	}
-	if !isTerminator(0xfe, 7) || isTerminator(0xfe, maxPayload) || isTerminator(0x00, 7) {
-		t.Fatal("isTerminator")
-	}
-}
 
 // A MariaDB 10.11 greeting: CLIENT_MYSQL (bit 0) clear, extended
 // capabilities in the reserved bytes.
@@ -128,7 +73,7 @@ func TestClientHandshake(t *testing.T) {
 	p = append(p, make([]byte, 23)...)
 	sslReq := append([]byte(nil), p...)
 	p = append(p, "alice\x00"...)
-	p = appendLenEncString(p, "01234567890123456789")
+	p = wire.AppendLenEncString(p, "01234567890123456789")
 	p = append(p, "app\x00mysql_native_password\x00"...)
 	ch, err := parseClientHandshake(p)
 	if err != nil {
@@ -177,7 +122,7 @@ func TestParseExecuteParams(t *testing.T) {
 	p = binary.LittleEndian.AppendUint16(p, uint16(mysql.MYSQL_TYPE_LONGLONG)|0x8000)
 	p = binary.LittleEndian.AppendUint16(p, uint16(mysql.MYSQL_TYPE_LONG))
 	p = binary.LittleEndian.AppendUint16(p, uint16(mysql.MYSQL_TYPE_TINY))
-	p = appendLenEncString(p, "job")
+	p = wire.AppendLenEncString(p, "job")
 	p = binary.LittleEndian.AppendUint64(p, math.MaxUint64)
 	p = append(p, 0xff) // TINY -1
 	vals, types, err := parseExecuteParams(p, 4, nil)
@@ -192,7 +137,7 @@ func TestParseExecuteParams(t *testing.T) {
 	}
 	// A later execution may leave the types out.
 	again := append(append([]byte(nil), p[:10]...), 0, 0)
-	again = appendLenEncString(again, "x")
+	again = wire.AppendLenEncString(again, "x")
 	again = binary.LittleEndian.AppendUint64(again, 7)
 	again = binary.LittleEndian.AppendUint32(again, 9)
 	again = append(again, 1)
@@ -211,9 +156,9 @@ func TestClientHandshakeConnectAttrs(t *testing.T) {
 	attrs := func(kv ...string) []byte {
 		var block []byte
 		for _, s := range kv {
-			block = appendLenEncString(block, s)
+			block = wire.AppendLenEncString(block, s)
 		}
-		return appendLenEncString(nil, string(block))
+		return wire.AppendLenEncString(nil, string(block))
 	}
 	tests := []struct {
 		name  string
@@ -235,7 +180,7 @@ func TestClientHandshakeConnectAttrs(t *testing.T) {
 			p = append(p, 45)
 			p = append(p, make([]byte, 23)...)
 			p = append(p, "alice\x00"...)
-			p = appendLenEncString(p, "01234567890123456789")
+			p = wire.AppendLenEncString(p, "01234567890123456789")
 			p = append(p, "mysql_native_password\x00"...)
 			p = append(p, tt.attrs...)
 			ch, err := parseClientHandshake(p)

@@ -28,6 +28,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -297,7 +298,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 	if p.draining.Load() {
 		p.mu.Unlock()
 		nc.Close()
-		c.client.release()
+		c.client.Release()
 		return
 	}
 	if limit > 0 && len(p.conns) >= limit {
@@ -305,11 +306,11 @@ func (p *Proxy) startConn(nc net.Conn) {
 		p.metrics.connectionsRejected[rejectMaxConnections].Inc()
 		// A server at max_connections answers with this ERR instead of a
 		// handshake; clients know it.
-		c.client.setWriteDeadline(time.Now().Add(time.Second))
-		c.client.writePacket(0, initialErrPayload(erConCount, "Too many connections"))
-		c.client.flush()
+		c.client.SetWriteDeadline(time.Now().Add(time.Second))
+		c.client.WritePacket(0, wire.InitialErrPayload(erConCount, "Too many connections"))
+		c.client.Flush()
 		nc.Close()
-		c.client.release()
+		c.client.Release()
 		return
 	}
 	p.conns[c] = struct{}{}
@@ -335,9 +336,9 @@ func (p *Proxy) startConn(nc net.Conn) {
 		}
 		// serve has closed both sides and ended every goroutine of the
 		// connection: its buffers can serve another one.
-		c.client.release()
+		c.client.Release()
 		if c.backend != nil {
-			c.backend.release()
+			c.backend.Release()
 		}
 	}()
 }
@@ -479,13 +480,13 @@ func (p *Proxy) CheckBackend(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
-	pc := newPacketConn(backendSide, nc)
-	pkt, _, err := pc.readPacket(nil, maxShortPacket)
+	pc := wire.NewConn(wire.Backend, nc)
+	pkt, _, err := pc.ReadPacket(nil, wire.MaxShortPacket)
 	if err != nil {
 		return fmt.Errorf("no greeting from %s: %w", p.backendAddr, err)
 	}
 	if len(pkt) > 0 && pkt[0] == 0xff {
-		return fmt.Errorf("backend %s refuses connections: %s", p.backendAddr, parseErr(pkt).msg)
+		return fmt.Errorf("backend %s refuses connections: %s", p.backendAddr, wire.ParseErr(pkt).Msg)
 	}
 	return nil
 }

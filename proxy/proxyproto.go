@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // The PROXY protocol (haproxy's proxy-protocol.txt, versions 1 and 2): a
@@ -250,7 +252,7 @@ const msgProxyRefused = "connection refused: PROXY protocol"
 // as a handshake response of a few megabytes). Called before the
 // handshake response is read; reading it afterwards is harmless.
 func (c *clientConn) refuseStrayProxyHeader() error {
-	b := c.client.peekStart(4)
+	b := c.client.PeekStart(4)
 	if b == nil || !bytes.Equal(b, proxyV1Sig[:4]) && !bytes.Equal(b, proxyV2Sig[:4]) {
 		return nil
 	}
@@ -260,5 +262,5 @@ func (c *clientConn) refuseStrayProxyHeader() error {
 	if c.p.logLimit.Allow(logKey(msgProxyRefused, "untrusted", "")) {
 		c.log().Warn(msgProxyRefused, "err", "a PROXY header from a source not in proxy_protocol.trusted_cidrs")
 	}
-	return c.client.sideErr(malformed("PROXY protocol header from an untrusted source"))
+	return c.client.Err(wire.Malformed("PROXY protocol header from an untrusted source"))
 }

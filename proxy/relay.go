@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // The relay reads only framing: packet headers, first bytes and status
@@ -14,7 +16,7 @@ func (c *clientConn) forwardCommand() error {
 	total := 0
 	for {
 		if c.cmdLimit > 0 {
-			n, _, err := c.client.peekHeader()
+			n, _, err := c.client.PeekHeader()
 			if err != nil {
 				return err
 			}
@@ -22,13 +24,13 @@ func (c *clientConn) forwardCommand() error {
 				return c.refuseTooLarge()
 			}
 		}
-		n, _, err := copyPacket(c.backend, c.client, 0)
+		n, _, err := wire.CopyPacket(c.backend, c.client, 0)
 		if err != nil {
 			return err
 		}
 		total += n
-		if n < maxPayload {
-			return c.backend.flush()
+		if n < wire.MaxPayload {
+			return c.backend.Flush()
 		}
 	}
 }
@@ -37,7 +39,7 @@ func (c *clientConn) forwardCommand() error {
 // sequence offset.
 func (c *clientConn) relayPacket() (int, error) {
 	c.x.started = true
-	n, _, err := copyPacket(c.client, c.backend, c.x.delta)
+	n, _, err := wire.CopyPacket(c.client, c.backend, c.x.delta)
 	return n, err
 }
 
@@ -45,28 +47,28 @@ func (c *clientConn) relayPacket() (int, error) {
 // small (ok), else just its length; a large packet is streamed by
 // relayPacket.
 func (c *clientConn) peekBackend() (payload []byte, length int, ok bool, err error) {
-	pkt, ok, err := c.backend.peekPacket()
+	pkt, ok, err := c.backend.PeekPacket()
 	if err != nil {
 		return nil, 0, false, err
 	}
 	if !ok {
-		n, _, err := c.backend.peekHeader()
+		n, _, err := c.backend.PeekHeader()
 		return nil, n, false, err
 	}
-	return pkt[headerLen:], len(pkt) - headerLen, true, nil
+	return pkt[wire.HeaderLen:], len(pkt) - wire.HeaderLen, true, nil
 }
 
 // takeBackendPacket consumes the backend packet just peeked (payload of n
 // bytes) after the caller has copied or replaced it.
-func (c *clientConn) takeBackendPacket(n int) { c.backend.discard(headerLen + n) }
+func (c *clientConn) takeBackendPacket(n int) { c.backend.Discard(wire.HeaderLen + n) }
 
 // result is one statement result seen in a response: an OK, an ERR, or a
 // result set (ok then holds the terminator's status).
 type result struct {
 	isErr bool
 	isSet bool
-	ok    okPacket
-	err   errInfo
+	ok    wire.OKPacket
+	err   wire.ErrInfo
 }
 
 // resultHook lets the fencing layer watch and amend results; nil on the hot
@@ -76,7 +78,7 @@ type resultHook interface {
 	// it is written. It may return a replacement payload (same sequence
 	// number), or hold=true for the final packet of the response, which is
 	// then copied to c.x.held.p instead of being written.
-	okPacket(payload []byte, ok okPacket, final bool) (replace []byte, hold bool)
+	okPacket(payload []byte, ok wire.OKPacket, final bool) (replace []byte, hold bool)
 	// result is called for every result, in order.
 	result(r result)
 }
@@ -86,18 +88,18 @@ type resultHook interface {
 // record is written: the record may need a query of the proxy's own, so
 // the ERR is taken off the backend first.
 func (c *clientConn) relayConflict(n int, code uint16) error {
-	pkt, err := c.backend.packet(n)
+	pkt, err := c.backend.Packet(n)
 	if err != nil {
 		return err
 	}
 	seq := pkt[3]
-	p := append([]byte(nil), pkt[headerLen:]...)
+	p := append([]byte(nil), pkt[wire.HeaderLen:]...)
 	c.takeBackendPacket(n)
 	if err := c.fence.noteError(code); err != nil {
 		return err
 	}
 	c.x.started = true
-	_, err = c.client.writePacket(seq+c.x.delta, p)
+	_, err = c.client.WritePacket(seq+c.x.delta, p)
 	return err
 }
 
@@ -107,16 +109,16 @@ func (c *clientConn) relayLocalInfile() error {
 	if _, err := c.relayPacket(); err != nil {
 		return err
 	}
-	if err := c.client.flush(); err != nil {
+	if err := c.client.Flush(); err != nil {
 		return err
 	}
 	for {
-		n, _, err := copyPacket(c.backend, c.client, -c.x.delta)
+		n, _, err := wire.CopyPacket(c.backend, c.client, -c.x.delta)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
-			return c.backend.flush()
+			return c.backend.Flush()
 		}
 	}
 }
@@ -129,14 +131,14 @@ func (c *clientConn) relayPrepareResponse() (stmtID uint32, params uint16, ok bo
 		return 0, 0, false, err
 	}
 	if !small || len(payload) < 1 {
-		return 0, 0, false, c.backend.sideErr(malformed("prepare response"))
+		return 0, 0, false, c.backend.Err(wire.Malformed("prepare response"))
 	}
 	if payload[0] == mysql.ERR_HEADER {
 		_, err := c.relayPacket()
 		return 0, 0, false, err
 	}
 	if payload[0] != mysql.OK_HEADER || len(payload) < 12 {
-		return 0, 0, false, c.backend.sideErr(malformed("prepare OK"))
+		return 0, 0, false, c.backend.Err(wire.Malformed("prepare OK"))
 	}
 	stmtID = uint32(payload[1]) | uint32(payload[2])<<8 | uint32(payload[3])<<16 | uint32(payload[4])<<24
 	cols := uint16(payload[5]) | uint16(payload[6])<<8
@@ -149,7 +151,7 @@ func (c *clientConn) relayPrepareResponse() (stmtID uint32, params uint16, ok bo
 			continue
 		}
 		for i := 0; i < int(k); i++ {
-			if err := c.backend.checkColumnDef(); err != nil {
+			if err := c.backend.CheckColumnDef(); err != nil {
 				return 0, 0, false, err
 			}
 			if _, err := c.relayPacket(); err != nil {
@@ -173,8 +175,8 @@ func (c *clientConn) relayOne() (isOK bool, err error) {
 		return false, err
 	}
 	if small && len(payload) > 0 && payload[0] == mysql.OK_HEADER {
-		if ok, valid := parseOK(payload); valid {
-			c.noteStatus(ok.status)
+		if ok, valid := wire.ParseOK(payload); valid {
+			c.noteStatus(ok.Status)
 			isOK = true
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // These benchmarks measure the proxy's per-command relay path: a client and
@@ -30,7 +31,7 @@ func benchPacket(seq byte, payload []byte) []byte {
 	return append([]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}, payload...)
 }
 
-func benchLenEncStr(b []byte, s string) []byte { return appendLenEncString(b, s) }
+func benchLenEncStr(b []byte, s string) []byte { return wire.AppendLenEncString(b, s) }
 
 // benchColumn is a column definition packet payload (protocol 4.1).
 func benchColumn(name string, typ byte) []byte {

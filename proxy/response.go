@@ -4,6 +4,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // One walker reads every backend response of OK, ERR and result-set form:
@@ -18,7 +19,7 @@ import (
 type responseHandler interface {
 	// ok: an OK packet (payload of n bytes, peeked) that ends a
 	// statement's result; final: the response ends with it.
-	ok(payload []byte, n int, ok okPacket, final bool) error
+	ok(payload []byte, n int, ok wire.OKPacket, final bool) error
 	// err: an ERR packet, which ends the response; inSet: it cut a result
 	// set short.
 	err(payload []byte, n int, inSet bool) error
@@ -55,21 +56,21 @@ func (c *clientConn) walkResponse(h responseHandler) error {
 			return err
 		}
 		if n == 0 {
-			return c.backend.sideErr(malformed("empty response packet"))
+			return c.backend.Err(wire.Malformed("empty response packet"))
 		}
 		if !small {
 			// Only a result set's column count can start a response, and it
 			// is never that long.
-			return c.backend.sideErr(malformed("oversized response header"))
+			return c.backend.Err(wire.Malformed("oversized response header"))
 		}
 		switch payload[0] {
 		case mysql.OK_HEADER:
-			ok, valid := parseOK(payload)
+			ok, valid := wire.ParseOK(payload)
 			if !valid {
-				return c.backend.sideErr(malformed("OK packet"))
+				return c.backend.Err(wire.Malformed("OK packet"))
 			}
-			c.noteStatus(ok.status)
-			more := ok.status&mysql.SERVER_MORE_RESULTS_EXISTS != 0
+			c.noteStatus(ok.Status)
+			more := ok.Status&mysql.SERVER_MORE_RESULTS_EXISTS != 0
 			if err := h.ok(payload, n, ok, !more); err != nil || !more {
 				return err
 			}
@@ -81,7 +82,7 @@ func (c *clientConn) walkResponse(h responseHandler) error {
 				return err
 			}
 		case mysql.EOF_HEADER:
-			st, _ := eofStatus(payload, false)
+			st, _ := wire.EOFStatus(payload, false)
 			c.noteStatus(st)
 			return h.eof()
 		default:
@@ -89,9 +90,9 @@ func (c *clientConn) walkResponse(h responseHandler) error {
 			// not model (a column count with a metadata flag after it, as
 			// with MariaDB's cache-metadata capability) ends the
 			// connection instead of a wait for packets that never come.
-			cols, k, _ := lenEnc(payload)
+			cols, k, _ := wire.LenEnc(payload)
 			if k == 0 || k != n {
-				return c.backend.sideErr(malformed("column count packet of %d bytes", n))
+				return c.backend.Err(wire.Malformed("column count packet of %d bytes", n))
 			}
 			st, err := c.walkResultSet(h, cols)
 			if err != nil {
@@ -116,7 +117,7 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 		return 0, err
 	}
 	for i := uint64(0); i < cols; i++ {
-		if err := c.backend.checkColumnDef(); err != nil {
+		if err := c.backend.CheckColumnDef(); err != nil {
 			return 0, err
 		}
 		if err := h.meta(); err != nil {
@@ -129,9 +130,9 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 			return 0, err
 		}
 		if !small || len(payload) == 0 || payload[0] != mysql.EOF_HEADER {
-			return 0, c.backend.sideErr(malformed("expected EOF after column definitions"))
+			return 0, c.backend.Err(wire.Malformed("expected EOF after column definitions"))
 		}
-		st, _ := eofStatus(payload, false)
+		st, _ := wire.EOFStatus(payload, false)
 		if err := h.metaEnd(n, st); err != nil {
 			return 0, err
 		}
@@ -147,30 +148,30 @@ func (c *clientConn) walkResultSet(h responseHandler, cols uint64) (uint16, erro
 // ERR, and returns the terminator's status flags (0 after an ERR).
 func (c *clientConn) walkRows(h responseHandler) (uint16, error) {
 	for {
-		n, first, small, err := c.backend.peekKind()
+		n, first, small, err := c.backend.PeekKind()
 		if err != nil {
 			return 0, err
 		}
 		if small {
 			switch first {
 			case mysql.EOF_HEADER:
-				full, err := c.backend.packet(n)
+				full, err := c.backend.Packet(n)
 				if err != nil {
 					return 0, err
 				}
-				st, valid := eofStatus(full[headerLen:], c.deprecateEOF)
+				st, valid := wire.EOFStatus(full[wire.HeaderLen:], c.deprecateEOF)
 				if !valid {
-					return 0, c.backend.sideErr(malformed("result set terminator"))
+					return 0, c.backend.Err(wire.Malformed("result set terminator"))
 				}
 				c.noteStatus(st)
 				return st, h.setEnd(n, st, st&mysql.SERVER_MORE_RESULTS_EXISTS == 0)
 			case mysql.ERR_HEADER:
 				c.statusStale = true
-				full, err := c.backend.packet(n)
+				full, err := c.backend.Packet(n)
 				if err != nil {
 					return 0, err
 				}
-				return 0, h.err(full[headerLen:], n, true)
+				return 0, h.err(full[wire.HeaderLen:], n, true)
 			}
 		}
 		if err := h.row(); err != nil {
@@ -202,7 +203,7 @@ func (c *clientConn) relayRows() (uint16, error) {
 	return c.walkRows(&c.relay)
 }
 
-func (r *relayer) ok(payload []byte, n int, ok okPacket, final bool) error {
+func (r *relayer) ok(payload []byte, n int, ok wire.OKPacket, final bool) error {
 	c := r.c
 	if r.hook == nil {
 		_, err := c.relayPacket()
@@ -213,9 +214,9 @@ func (r *relayer) ok(payload []byte, n int, ok okPacket, final bool) error {
 	case (hold || c.x.holdEnd) && final:
 		c.holdBackendPacket(n)
 	case replace != nil:
-		_, seq, _ := c.backend.peekHeader()
+		_, seq, _ := c.backend.PeekHeader()
 		c.x.started = true
-		if _, err := c.client.writePacket(seq+c.x.delta, replace); err != nil {
+		if _, err := c.client.WritePacket(seq+c.x.delta, replace); err != nil {
 			return err
 		}
 		c.takeBackendPacket(n)
@@ -231,13 +232,13 @@ func (r *relayer) ok(payload []byte, n int, ok okPacket, final bool) error {
 func (r *relayer) err(payload []byte, n int, inSet bool) error {
 	c := r.c
 	c.x.lastErr = true
-	if e := parseErr(payload); e.code == lease.GuardErrno && e.state == lease.GuardSQLState {
+	if e := wire.ParseErr(payload); e.Code == lease.GuardErrno && e.State == lease.GuardSQLState {
 		c.fence.auditGuardError(r.hook, e)
 	}
 	if !inSet {
-		code := parseErr(payload).code
+		code := wire.ParseErr(payload).Code
 		if r.hook != nil {
-			r.hook.result(result{isErr: true, err: parseErr(payload)})
+			r.hook.result(result{isErr: true, err: wire.ParseErr(payload)})
 		}
 		if c.fence.fenced != nil && c.fence.engineConflict(code) {
 			if c.x.holdEnd {
@@ -279,14 +280,14 @@ func (r *relayer) metaEnd(n int, _ uint16) error {
 		_, err := c.relayPacket()
 		return err
 	}
-	pkt, _ := c.backend.packet(n)
+	pkt, _ := c.backend.Packet(n)
 	return c.relayMarked(pkt, n, true, false)
 }
 
 func (r *relayer) row() error {
 	for {
 		n, err := r.c.relayPacket()
-		if err != nil || n < maxPayload {
+		if err != nil || n < wire.MaxPayload {
 			return err
 		}
 	}
@@ -300,7 +301,7 @@ func (r *relayer) setEnd(n int, st uint16, final bool) error {
 		c.x.held.eof = !c.deprecateEOF
 		return nil
 	case c.x.needsMarks():
-		pkt, _ := c.backend.packet(n)
+		pkt, _ := c.backend.Packet(n)
 		return c.relayMarked(pkt, n, !c.deprecateEOF, final)
 	}
 	_, err := c.relayPacket()
@@ -309,7 +310,7 @@ func (r *relayer) setEnd(n int, st uint16, final bool) error {
 
 func (r *relayer) setDone(st uint16) {
 	if r.hook != nil {
-		r.hook.result(result{isSet: true, ok: okPacket{status: st}})
+		r.hook.result(result{isSet: true, ok: wire.OKPacket{Status: st}})
 	}
 }
 
@@ -325,15 +326,15 @@ type ownReader struct {
 	firstErr error
 }
 
-func (o *ownReader) ok(_ []byte, n int, ok okPacket, _ bool) error {
+func (o *ownReader) ok(_ []byte, n int, ok wire.OKPacket, _ bool) error {
 	o.c.takeBackendPacket(n)
-	o.c.ownAffected = ok.affectedRows
+	o.c.ownAffected = ok.AffectedRows
 	return nil
 }
 
 func (o *ownReader) err(payload []byte, n int, inSet bool) error {
 	if o.firstErr == nil {
-		o.firstErr = &backendError{parseErr(payload)}
+		o.firstErr = &backendError{wire.ParseErr(payload)}
 	}
 	if inSet {
 		// An ERR in the middle of rows leaves none of them.
@@ -344,7 +345,7 @@ func (o *ownReader) err(payload []byte, n int, inSet bool) error {
 }
 
 func (o *ownReader) localInfile() error {
-	return o.c.backend.sideErr(malformed("LOCAL INFILE request in the response to a query of the proxy's own"))
+	return o.c.backend.Err(wire.Malformed("LOCAL INFILE request in the response to a query of the proxy's own"))
 }
 
 func (o *ownReader) eof() error { return o.skip() }
@@ -359,20 +360,20 @@ func (o *ownReader) meta() error { return o.skip() }
 func (o *ownReader) metaEnd(int, uint16) error { return o.skip() }
 
 func (o *ownReader) skip() error {
-	_, _, err := o.c.backend.readPacket(nil, maxWholePacket)
+	_, _, err := o.c.backend.ReadPacket(nil, wire.MaxWholePacket)
 	return err
 }
 
 func (o *ownReader) row() error {
-	p, _, err := o.c.backend.readPacket(nil, maxWholePacket)
+	p, _, err := o.c.backend.ReadPacket(nil, wire.MaxWholePacket)
 	if err != nil {
 		return err
 	}
 	row := make([]value, 0, o.cols)
 	for i := 0; i < o.cols; i++ {
-		v, n, null := lenEnc(p)
+		v, n, null := wire.LenEnc(p)
 		if n == 0 || (!null && uint64(len(p)-n) < v) {
-			return o.c.backend.sideErr(malformed("row"))
+			return o.c.backend.Err(wire.Malformed("row"))
 		}
 		if null {
 			row = append(row, value{null: true})
@@ -404,15 +405,15 @@ type execReader struct {
 	ownReader
 }
 
-func (e *execReader) ok(_ []byte, n int, ok okPacket, final bool) error {
+func (e *execReader) ok(_ []byte, n int, ok wire.OKPacket, final bool) error {
 	if !final {
-		return e.c.backend.sideErr(malformed("unexpected further results"))
+		return e.c.backend.Err(wire.Malformed("unexpected further results"))
 	}
 	e.c.takeBackendPacket(n)
-	e.affected = ok.affectedRows
+	e.affected = ok.AffectedRows
 	return nil
 }
 
 func (e *execReader) setStart(uint64) error {
-	return e.c.backend.sideErr(malformed("statement returned rows"))
+	return e.c.backend.Err(wire.Malformed("statement returned rows"))
 }

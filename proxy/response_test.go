@@ -1,13 +1,15 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // scriptedBackend is a clientConn whose backend connection reads the given
@@ -19,7 +21,7 @@ func scriptedBackend(t *testing.T, deprecateEOF bool, pkts ...[]byte) *clientCon
 		b = append(b, benchPacket(byte(i+1), p)...)
 	}
 	c := &clientConn{deprecateEOF: deprecateEOF}
-	c.backend = &packetConn{side: backendSide, r: bufio.NewReaderSize(bytes.NewReader(b), bufSize)}
+	c.backend = wire.NewStreamConn(wire.Backend, bytes.NewReader(b), io.Discard)
 	c.fence.c = c
 	return c
 }
@@ -40,12 +42,12 @@ func rowPayload(vals ...string) []byte {
 			p = append(p, 0xfb)
 			continue
 		}
-		p = appendLenEncString(p, v)
+		p = wire.AppendLenEncString(p, v)
 	}
 	return p
 }
 
-var errPacketPayload = errPayload(1146, "42S02", "Table 'app.fenced_job_leases' doesn't exist")
+var errPacketPayload = wire.ErrPayload(1146, "42S02", "Table 'app.fenced_job_leases' doesn't exist")
 
 // TestReadOwn: the reader of the proxy's own queries keeps the rows of the
 // first result set that has any, the first ERR, and the affected rows of
@@ -87,8 +89,8 @@ func TestReadOwn(t *testing.T) {
 			if c.ownAffected != tc.affected {
 				t.Fatalf("affected %d, want %d", c.ownAffected, tc.affected)
 			}
-			if c.backend.r.Buffered() != 0 {
-				t.Fatalf("%d bytes of the response left unread", c.backend.r.Buffered())
+			if _, _, err := c.backend.PeekHeader(); !errors.Is(err, io.EOF) {
+				t.Fatalf("the response not read to its end: %v", err)
 			}
 		})
 	}
@@ -111,7 +113,7 @@ func TestExecReader(t *testing.T) {
 			c := scriptedBackend(t, true, tc.pkts...)
 			e := execReader{ownReader{c: c}}
 			err := c.walkResponse(&e)
-			if got := errors.Is(err, errMalformed); got != tc.malformed {
+			if got := errors.Is(err, wire.ErrMalformed); got != tc.malformed {
 				t.Fatalf("err = %v, want malformed: %v", err, tc.malformed)
 			}
 			if !tc.malformed && e.affected != 2 {
@@ -153,10 +155,10 @@ func TestMarkEnd(t *testing.T) {
 			if !x.markEnd(p, tc.eof) {
 				t.Fatal("markEnd refused a valid packet")
 			}
-			st, _ := eofStatus(p, false)
+			st, _ := wire.EOFStatus(p, false)
 			if !tc.eof {
-				ok, _ := parseOK(p)
-				st = ok.status
+				ok, _ := wire.ParseOK(p)
+				st = ok.Status
 			}
 			if st != tc.want {
 				t.Fatalf("status %#x, want %#x", st, tc.want)

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // column describes a result column the proxy produces itself (the SQL lease
@@ -23,12 +25,12 @@ const (
 
 func (col column) definition() []byte {
 	b := make([]byte, 0, 32+len(col.name))
-	b = appendLenEncString(b, "def")
-	b = appendLenEncString(b, "") // schema
-	b = appendLenEncString(b, "") // table
-	b = appendLenEncString(b, "") // org_table
-	b = appendLenEncString(b, col.name)
-	b = appendLenEncString(b, "") // org_name
+	b = wire.AppendLenEncString(b, "def")
+	b = wire.AppendLenEncString(b, "") // schema
+	b = wire.AppendLenEncString(b, "") // table
+	b = wire.AppendLenEncString(b, "") // org_table
+	b = wire.AppendLenEncString(b, col.name)
+	b = wire.AppendLenEncString(b, "") // org_name
 	b = append(b, 0x0c)
 	b = binary.LittleEndian.AppendUint16(b, col.charset)
 	b = binary.LittleEndian.AppendUint32(b, col.length)
@@ -58,12 +60,12 @@ func (c *clientConn) terminator(ok bool) []byte {
 func (c *clientConn) writeColumns(seq byte, cols []column) (byte, error) {
 	var err error
 	for _, col := range cols {
-		if seq, err = c.client.writePacket(seq, col.definition()); err != nil {
+		if seq, err = c.client.WritePacket(seq, col.definition()); err != nil {
 			return seq, err
 		}
 	}
 	if !c.deprecateEOF && len(cols) > 0 {
-		seq, err = c.client.writePacket(seq, c.terminator(false))
+		seq, err = c.client.WritePacket(seq, c.terminator(false))
 	}
 	return seq, err
 }
@@ -73,7 +75,7 @@ func (c *clientConn) writeColumns(seq byte, cols []column) (byte, error) {
 func (c *clientConn) writeResultSet(cols []column, rows [][]value, binaryRows bool) error {
 	c.x.started = true
 	seq := c.x.cmdSeq + 1
-	seq, err := c.client.writePacket(seq, mysql.AppendLengthEncodedInteger(nil, uint64(len(cols))))
+	seq, err := c.client.WritePacket(seq, mysql.AppendLengthEncodedInteger(nil, uint64(len(cols))))
 	if err != nil {
 		return err
 	}
@@ -89,15 +91,15 @@ func (c *clientConn) writeResultSet(cols []column, rows [][]value, binaryRows bo
 				if v.null {
 					p = append(p, 0xfb)
 				} else {
-					p = appendLenEncString(p, v.s)
+					p = wire.AppendLenEncString(p, v.s)
 				}
 			}
 		}
-		if seq, err = c.client.writePacket(seq, p); err != nil {
+		if seq, err = c.client.WritePacket(seq, p); err != nil {
 			return err
 		}
 	}
-	_, err = c.client.writePacket(seq, c.terminator(c.deprecateEOF))
+	_, err = c.client.WritePacket(seq, c.terminator(c.deprecateEOF))
 	return err
 }
 
@@ -118,7 +120,7 @@ func binaryRow(cols []column, row []value) []byte {
 		case mysql.MYSQL_TYPE_TINY:
 			p = append(p, byte(parseUintOr0(v.s)))
 		default:
-			p = appendLenEncString(p, v.s)
+			p = wire.AppendLenEncString(p, v.s)
 		}
 	}
 	return p

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -19,21 +20,21 @@ const maxKeptBuffer = 1 << 20
 // read into c.buf up to limit bytes. A larger statement is consumed and
 // answered with an error, and payload is nil.
 func (c *clientConn) readCommand(limit int) (payload []byte, inPlace bool, err error) {
-	pkt, ok, err := c.client.peekPacket()
+	pkt, ok, err := c.client.PeekPacket()
 	if err != nil {
 		return nil, false, err
 	}
 	if ok {
-		return pkt[headerLen:], true, nil
+		return pkt[wire.HeaderLen:], true, nil
 	}
-	payload, c.x.cmdSeq, err = c.client.readPacket(c.buf[:0], limit+1)
-	if errors.Is(err, errTooLarge) {
+	payload, c.x.cmdSeq, err = c.client.ReadPacket(c.buf[:0], limit+1)
+	if errors.Is(err, wire.ErrTooLarge) {
 		// As a server past max_allowed_packet: the error, then the end of
 		// the connection.
 		c.sendError(erNetPacketTooBig, "08S01", fmt.Sprintf(
 			"fenceproxy: statement larger than limits.max_query_bytes (%d bytes): it cannot be checked for protected tables", limit))
-		c.client.flush()
-		return nil, false, c.client.sideErr(errTooLarge)
+		c.client.Flush()
+		return nil, false, c.client.Err(wire.ErrTooLarge)
 	}
 	if err != nil {
 		return nil, false, err
@@ -47,7 +48,7 @@ func (c *clientConn) readCommand(limit int) (payload []byte, inPlace bool, err e
 // consumeCommand drops the current command packet if it is still unread.
 func (c *clientConn) consumeCommand(payload []byte, inPlace bool) {
 	if inPlace {
-		c.client.discard(headerLen + len(payload))
+		c.client.Discard(wire.HeaderLen + len(payload))
 	}
 }
 
@@ -56,21 +57,21 @@ func (c *clientConn) sendOriginal(payload []byte, inPlace bool) error {
 	if inPlace {
 		return c.forwardCommand()
 	}
-	if _, err := c.backend.writePacket(0, payload); err != nil {
+	if _, err := c.backend.WritePacket(0, payload); err != nil {
 		return err
 	}
-	return c.backend.flush()
+	return c.backend.Flush()
 }
 
 // sendRewritten sends cmd+sql in place of the client's command and aligns
 // the response's sequence numbers with what the client expects.
 func (c *clientConn) sendRewritten(cmd byte, sql []byte) error {
-	next, err := c.backend.writeCommand(0, []byte{cmd}, sql)
+	next, err := c.backend.WriteCommand(0, []byte{cmd}, sql)
 	if err != nil {
 		return err
 	}
 	c.x.align(next, c.x.cmdSeq+1)
-	return c.backend.flush()
+	return c.backend.Flush()
 }
 
 // comQuery handles COM_QUERY: ask the rewriter, then forward, send the
@@ -318,7 +319,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 	}
 	if ps.gen != rt.gen {
 		if r := c.redecide(rt, ps); r != nil {
-			if _, err := c.client.skipPacket(); err != nil {
+			if _, err := c.client.SkipPacket(); err != nil {
 				return err
 			}
 			return c.fence.refuse(rt, r, ps.text)
@@ -326,7 +327,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 	}
 	if r := c.xaRefusal([]rewrite.Stmt{ps.stmt}); r != nil {
 		if rt.policy.Mode != modeShadow {
-			if _, err := c.client.skipPacket(); err != nil {
+			if _, err := c.client.SkipPacket(); err != nil {
 				return err
 			}
 			return c.fence.refuse(rt, r, ps.text)
@@ -346,7 +347,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 	}
 	if f := c.fence.guardOf(&ps.stmt); f != nil && rt.policy.Mode != modeShadow {
 		return c.fence.guarded(rt, f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
-			_, err := c.client.skipPacket()
+			_, err := c.client.SkipPacket()
 			return err
 		})
 	}

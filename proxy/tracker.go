@@ -4,6 +4,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -58,7 +59,7 @@ func (t *tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence {
 
 func (t *tracker) enforcing() bool { return t.rt.policy.Mode != modeShadow }
 
-func (t *tracker) okPacket(payload []byte, ok okPacket, final bool) ([]byte, bool) {
+func (t *tracker) okPacket(payload []byte, ok wire.OKPacket, final bool) ([]byte, bool) {
 	st := t.current()
 	if st == nil {
 		return t.patchMore(payload, final), false
@@ -67,7 +68,7 @@ func (t *tracker) okPacket(payload []byte, ok okPacket, final bool) ([]byte, boo
 	// ERR 1644 under on_stale: error, and the check's own failure (a
 	// deadlock that rolled the transaction back) must reach the client in
 	// its place.
-	if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && ok.affectedRows == 0 && final && t.single {
+	if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && ok.AffectedRows == 0 && final && t.single {
 		t.held = &pendingCheck{fence: f, pos: t.pos}
 		return nil, true
 	}
@@ -95,7 +96,7 @@ func (t *tracker) result(r result) {
 		t.applyEffect(st)
 		// In shadow mode the lease was checked before the statement went out.
 		// A guarded write's lease was checked before it went out.
-		if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && !r.isSet && r.ok.affectedRows == 0 &&
+		if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && !r.isSet && r.ok.AffectedRows == 0 &&
 			!(t.held != nil && t.held.fence == f) {
 			t.checks = append(t.checks, pendingCheck{fence: f, pos: t.pos})
 		}
@@ -127,7 +128,7 @@ func (t *tracker) applyLocks(st *rewrite.Stmt, r result) {
 	case rewrite.LocksTaken:
 		if !r.isErr {
 			c.setTablesLocked(true)
-		} else if r.err.code != erParseError && r.err.code != erNonuniqTable {
+		} else if r.err.Code != erParseError && r.err.Code != erNonuniqTable {
 			c.setTablesLocked(false)
 		}
 	case rewrite.LocksReleased:
@@ -137,7 +138,7 @@ func (t *tracker) applyLocks(st *rewrite.Stmt, r result) {
 	case rewrite.LocksReleasedIfChained:
 		// COMMIT and ROLLBACK chain a new transaction under completion_type
 		// = CHAIN, and a transaction that starts releases the table locks.
-		if !r.isErr && r.ok.status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+		if !r.isErr && r.ok.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
 			c.setTablesLocked(false)
 		}
 	case rewrite.LocksMaybeReleased:
@@ -185,16 +186,16 @@ func (t *tracker) finish() error {
 	c := t.c
 	if t.held != nil {
 		v, err := c.fence.classify(t.rt, t.held.fence, true)
-		if be, ok := err.(*backendError); ok && be.code == erConflict {
+		if be, ok := err.(*backendError); ok && be.Code == erConflict {
 			// The check's locking read was chosen as a deadlock's victim:
 			// the transaction, this write with it, was rolled back.
 			c.x.held.p = nil
-			if err := c.fence.auditConflict(t.rt, t.held.fence, verdict{}, be.code); err != nil {
+			if err := c.fence.auditConflict(t.rt, t.held.fence, verdict{}, be.Code); err != nil {
 				return err
 			}
-			return c.sendError(be.code, be.state, be.msg)
+			return c.sendError(be.Code, be.State, be.Msg)
 		}
-		if be, ok := err.(*backendError); ok && be.code == erLockWait {
+		if be, ok := err.(*backendError); ok && be.Code == erLockWait {
 			// The write's fence may have failed. Under on_stale: error
 			// its 0 rows must not reach the client as if it had held:
 			// the client gets the engine's error (the write changed
@@ -212,7 +213,7 @@ func (t *tracker) finish() error {
 			if err := c.fence.auditLockWait(t.rt, t.held.fence, "error"); err != nil {
 				return err
 			}
-			return c.sendError(be.code, be.state, be.msg)
+			return c.sendError(be.Code, be.State, be.Msg)
 		}
 		if err != nil {
 			return err
@@ -237,7 +238,7 @@ func (t *tracker) finish() error {
 	// whoever sees the 0 rows can also find out why.
 	for _, pc := range t.checks {
 		v, err := c.fence.classify(t.rt, pc.fence, true)
-		if be, ok := err.(*backendError); ok && be.code == erLockWait {
+		if be, ok := err.(*backendError); ok && be.Code == erLockWait {
 			// The client gets the write's own 0 rows, as for a rejection.
 			if err := c.fence.auditLockWait(t.rt, pc.fence, "zero_rows"); err != nil {
 				return err
@@ -307,10 +308,10 @@ func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) er
 		c.x.align(1, next) // each statement goes out as one packet: its response starts at 1
 		text := sql[st.Span[0]:st.Span[1]]
 		send := func() error {
-			if _, err := c.backend.writeCommand(0, []byte{mysql.COM_QUERY}, text); err != nil {
+			if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_QUERY}, text); err != nil {
 				return err
 			}
-			return c.backend.flush()
+			return c.backend.Flush()
 		}
 		t := newTracker(c, rt, stmts[i:i+1], true)
 		if f := fg.guardOf(&st); f != nil && t.enforcing() {
@@ -331,7 +332,7 @@ func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) er
 		if c.x.lastErr {
 			return nil
 		}
-		next = c.client.lastOut + 1
+		next = c.client.LastOut() + 1
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // writeTestCert writes a self-signed certificate for 127.0.0.1 (cert.pem,
@@ -91,7 +93,7 @@ func (c *hconn) backendTLS(cert tls.Certificate) {
 		pre, _ = c.br.Peek(n)
 		pre = append([]byte(nil), pre...)
 	}
-	tc := tls.Server(&prefixConn{Conn: c.backend, pre: pre}, &tls.Config{Certificates: []tls.Certificate{cert}})
+	tc := tls.Server(&prefixedConn{Conn: c.backend, pre: pre}, &tls.Config{Certificates: []tls.Certificate{cert}})
 	c.backend.SetDeadline(time.Now().Add(ioTimeout))
 	if err := tc.Handshake(); err != nil {
 		c.h.fail("backend TLS handshake: %v", err)
@@ -419,7 +421,7 @@ connections): the client gets that ERR as it is, and both connections close.`,
 	backend: "engine: mariadb",
 	run: func(h *harness) {
 		c := h.dial("A")
-		c.reply(0, pkt{payload: initialErrPayload(1040, "Too many connections")})
+		c.reply(0, pkt{payload: wire.InitialErrPayload(1040, "Too many connections")})
 		c.clientGets()
 		c.backendClosed()
 		c.clientClosed()
@@ -430,3 +432,18 @@ connections): the client gets that ERR as it is, and both connections close.`,
 func (h *harness) certDir() string { return h.certs }
 
 func TestTranscriptAuth(t *testing.T) { runTranscripts(t, authCases) }
+
+// prefixedConn reads pre before the connection's own data.
+type prefixedConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixedConn) Read(b []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(b, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}

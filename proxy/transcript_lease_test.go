@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // statusCols are the columns of the lease package's status queries.
@@ -173,7 +174,7 @@ result set; COM_STMT_RESET is answered with OK and COM_STMT_CLOSE with nothing, 
 		exec := []byte{mysql.COM_STMT_EXECUTE, 0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 0, 1}
 		exec = binary.LittleEndian.AppendUint16(exec, uint16(mysql.MYSQL_TYPE_VAR_STRING))
 		exec = binary.LittleEndian.AppendUint16(exec, uint16(mysql.MYSQL_TYPE_LONGLONG))
-		exec = appendLenEncString(exec, "job")
+		exec = wire.AppendLenEncString(exec, "job")
 		exec = binary.LittleEndian.AppendUint64(exec, 30)
 		c.sendAs(0, exec, "COM_STMT_EXECUTE stmt=0xffffffff ('job', 30)")
 		_, upd := c.backendGets()

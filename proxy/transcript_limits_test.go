@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // ownPrepares is how many COM_STMT_PREPARE of a lease function the limit
@@ -60,7 +62,7 @@ statements makes room again.`, maxOwnStmts),
 				if _, _, err := readPkt(c.client, c.cr); err != nil { // the column definition
 					h.fail("column definition: %v", err)
 				}
-			case len(p) > 3 && p[0] == mysql.ERR_HEADER && parseErr(p).code == erMaxPreparedStmtCount:
+			case len(p) > 3 && p[0] == mysql.ERR_HEADER && wire.ParseErr(p).Code == erMaxPreparedStmtCount:
 				refused++
 			default:
 				h.fail("unexpected answer %x", p)

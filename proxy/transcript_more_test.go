@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // execPkt is a COM_STMT_EXECUTE of statement id with no parameters.
@@ -118,7 +120,7 @@ response.`,
 		pingWorks(c)
 		c.query("SELECT doc FROM docs WHERE id = 1")
 		c.backendGets()
-		row := appendLenEncString(nil, string(bytes.Repeat([]byte("r"), 17<<20)))
+		row := wire.AppendLenEncString(nil, string(bytes.Repeat([]byte("r"), 17<<20)))
 		c.respond(
 			pkt{payload: []byte{1}},
 			colDef(col{"doc", mysql.MYSQL_TYPE_LONG_BLOB}),

@@ -25,6 +25,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // The transcript harness tests the proxy without a database server. A
@@ -399,13 +400,13 @@ type pkt struct {
 // writePkt frames payload (splitting at maxPayload) onto w.
 func writePkt(w io.Writer, seq byte, payload []byte) error {
 	for {
-		n := min(len(payload), maxPayload)
+		n := min(len(payload), wire.MaxPayload)
 		if _, err := w.Write(append([]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}, payload[:n]...)); err != nil {
 			return err
 		}
 		payload = payload[n:]
 		seq++
-		if n < maxPayload {
+		if n < wire.MaxPayload {
 			return nil
 		}
 	}
@@ -492,7 +493,7 @@ func (c *hconn) reply(seq byte, ps ...pkt) {
 	for _, p := range ps {
 		c.h.line(c, "B->P "+render(seq, p.payload, p.label, roleResponse))
 		writePkt(&buf, seq, p.payload)
-		seq += byte((len(p.payload) / maxPayload) + 1)
+		seq += byte((len(p.payload) / wire.MaxPayload) + 1)
 	}
 	c.write(c.backend, &c.backendWrite, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
 }
@@ -546,14 +547,14 @@ func (c *hconn) response() {
 		}
 		switch {
 		case p[0] == mysql.OK_HEADER:
-			if ok, valid := parseOK(p); !valid || ok.status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+			if ok, valid := wire.ParseOK(p); !valid || ok.Status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
 				return
 			}
 			continue
 		case p[0] == mysql.ERR_HEADER, p[0] == mysql.EOF_HEADER && len(p) < 9, p[0] == mysql.LocalInFile_HEADER:
 			return
 		}
-		cols, _, _ := lenEnc(p)
+		cols, _, _ := wire.LenEnc(p)
 		for range cols {
 			c.clientGetsAs("column definition")
 		}
@@ -567,7 +568,7 @@ func (c *hconn) response() {
 				return
 			}
 			if len(r) > 0 && r[0] == mysql.EOF_HEADER && len(r) < 9 {
-				st, _ = eofStatus(r, c.deprecateEOF)
+				st, _ = wire.EOFStatus(r, c.deprecateEOF)
 				break
 			}
 		}
@@ -666,9 +667,9 @@ var harnessCommandNames = map[byte]string{
 // is, and its bytes in hex unless the decoding is lossless.
 func render(seq byte, p []byte, label string, role int) string {
 	head := fmt.Sprintf("#%d len=%d", seq, len(p))
-	if len(p) > maxPayload {
-		head += fmt.Sprintf(" (as %d packets)", len(p)/maxPayload+1)
-	} else if len(p) == maxPayload {
+	if len(p) > wire.MaxPayload {
+		head += fmt.Sprintf(" (as %d packets)", len(p)/wire.MaxPayload+1)
+	} else if len(p) == wire.MaxPayload {
 		head += " (continued in the next packet)"
 	}
 	desc, complete := describe(p, label, role)
@@ -738,37 +739,37 @@ func describe(p []byte, label string, role int) (string, bool) {
 	}
 	switch p[0] {
 	case mysql.OK_HEADER:
-		if ok, valid := parseOK(p); valid {
+		if ok, valid := wire.ParseOK(p); valid {
 			return "OK " + describeOK(p, ok), true
 		}
 	case mysql.ERR_HEADER:
-		if e := parseErr(p); len(p) > 9 && p[3] == '#' {
-			return fmt.Sprintf("ERR %d #%s %q", e.code, e.state, e.msg), true
+		if e := wire.ParseErr(p); len(p) > 9 && p[3] == '#' {
+			return fmt.Sprintf("ERR %d #%s %q", e.Code, e.State, e.Msg), true
 		} else if len(p) >= 3 {
 			// Before the handshake: no SQLSTATE marker.
-			return fmt.Sprintf("ERR %d (no SQLSTATE) %q", e.code, e.msg), true
+			return fmt.Sprintf("ERR %d (no SQLSTATE) %q", e.Code, e.Msg), true
 		}
 	case mysql.EOF_HEADER:
 		if len(p) == 5 {
 			return fmt.Sprintf("EOF warnings=%d status=%s", binary.LittleEndian.Uint16(p[1:]), statusNames(binary.LittleEndian.Uint16(p[3:]))), true
 		}
 		if len(p) < 9 {
-			if ok, valid := parseOK(p); valid {
+			if ok, valid := wire.ParseOK(p); valid {
 				return "OK(0xFE, ends rows) " + describeOK(p, ok), true
 			}
 		}
 	}
-	if v, n, _ := lenEnc(p); n == len(p) {
+	if v, n, _ := wire.LenEnc(p); n == len(p) {
 		return fmt.Sprintf("column count %d", v), true
 	}
 	return "packet", false
 }
 
-func describeOK(p []byte, ok okPacket) string {
-	s := fmt.Sprintf("affected=%d insert_id=%d status=%s warnings=%d", ok.affectedRows, ok.lastInsertID, statusNames(ok.status), ok.warnings)
-	if rest := p[ok.infoOff:]; len(rest) > 0 {
+func describeOK(p []byte, ok wire.OKPacket) string {
+	s := fmt.Sprintf("affected=%d insert_id=%d status=%s warnings=%d", ok.AffectedRows, ok.LastInsertID, statusNames(ok.Status), ok.Warnings)
+	if rest := p[ok.InfoOff:]; len(rest) > 0 {
 		// MariaDB sends the info length-encoded.
-		if v, n, _ := lenEnc(rest); n > 0 && uint64(len(rest)-n) == v {
+		if v, n, _ := wire.LenEnc(rest); n > 0 && uint64(len(rest)-n) == v {
 			s += fmt.Sprintf(" info=%q", rest[n:])
 		} else {
 			s += fmt.Sprintf(" info(raw)=%q", rest)
@@ -813,7 +814,7 @@ func textRow(p []byte) (string, bool) {
 			p = p[1:]
 			continue
 		}
-		v, n, _ := lenEnc(p)
+		v, n, _ := wire.LenEnc(p)
 		if n == 0 || uint64(len(p)-n) < v {
 			return "", false
 		}
@@ -826,13 +827,13 @@ func textRow(p []byte) (string, bool) {
 // columnName reads the name of a column definition.
 func columnName(p []byte) string {
 	for i := 0; i < 4; i++ {
-		v, n, _ := lenEnc(p)
+		v, n, _ := wire.LenEnc(p)
 		if n == 0 || uint64(len(p)-n) < v {
 			return "?"
 		}
 		p = p[n+int(v):]
 	}
-	v, n, _ := lenEnc(p)
+	v, n, _ := wire.LenEnc(p)
 	if n == 0 || uint64(len(p)-n) < v {
 		return "?"
 	}
@@ -937,7 +938,7 @@ func handshakeResponse(caps uint32, user, db, plugin string, auth []byte) []byte
 	b = append(b, make([]byte, 23)...)
 	b = append(append(b, user...), 0)
 	if caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0 {
-		b = appendLenEncString(b, string(auth))
+		b = wire.AppendLenEncString(b, string(auth))
 	} else {
 		b = append(append(b, byte(len(auth))), auth...)
 	}
@@ -946,9 +947,9 @@ func handshakeResponse(caps uint32, user, db, plugin string, auth []byte) []byte
 	}
 	b = append(append(b, plugin...), 0)
 	if caps&mysql.CLIENT_CONNECT_ATTRS != 0 {
-		attrs := appendLenEncString(appendLenEncString(nil, "_client_name"), "harness")
-		attrs = appendLenEncString(appendLenEncString(attrs, "program_name"), "invoicer")
-		b = appendLenEncString(b, string(attrs))
+		attrs := wire.AppendLenEncString(wire.AppendLenEncString(nil, "_client_name"), "harness")
+		attrs = wire.AppendLenEncString(wire.AppendLenEncString(attrs, "program_name"), "invoicer")
+		b = wire.AppendLenEncString(b, string(attrs))
 	}
 	return b
 }
@@ -960,12 +961,14 @@ func okPkt(affected, insertID uint64, status, warnings uint16, info string) pkt 
 	p = binary.LittleEndian.AppendUint16(p, status)
 	p = binary.LittleEndian.AppendUint16(p, warnings)
 	if info != "" {
-		p = appendLenEncString(p, info)
+		p = wire.AppendLenEncString(p, info)
 	}
 	return pkt{payload: p}
 }
 
-func errPkt(code uint16, state, msg string) pkt { return pkt{payload: errPayload(code, state, msg)} }
+func errPkt(code uint16, state, msg string) pkt {
+	return pkt{payload: wire.ErrPayload(code, state, msg)}
+}
 
 // eofPkt ends column definitions or rows without CLIENT_DEPRECATE_EOF.
 func eofPkt(status uint16) pkt {
@@ -988,9 +991,9 @@ type col struct {
 }
 
 func colDef(cl col) pkt {
-	b := appendLenEncString(nil, "def")
+	b := wire.AppendLenEncString(nil, "def")
 	for _, s := range []string{"", "", "", cl.name, ""} {
-		b = appendLenEncString(b, s)
+		b = wire.AppendLenEncString(b, s)
 	}
 	charset, length := uint16(45), uint32(0x20)
 	if cl.typ != mysql.MYSQL_TYPE_VAR_STRING {
@@ -1021,7 +1024,7 @@ func (c *hconn) resultSet(status uint16, cols []col, rows ...[]string) []pkt {
 			if v == null {
 				p = append(p, 0xfb)
 			} else {
-				p = appendLenEncString(p, v)
+				p = wire.AppendLenEncString(p, v)
 			}
 		}
 		out = append(out, pkt{payload: p, label: "row"})

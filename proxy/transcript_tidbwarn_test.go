@@ -5,14 +5,16 @@ import (
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // tidbWarnCol is a column definition of TiDB's SHOW WARNINGS as
 // tidb-server v8.4.0 sends it (captured).
 func tidbWarnCol(name string, charset uint16, length uint32, typ byte, flags uint16) pkt {
-	b := appendLenEncString(nil, "def")
+	b := wire.AppendLenEncString(nil, "def")
 	for _, s := range []string{"INFORMATION_SCHEMA", "WARNINGS", "", name, ""} {
-		b = appendLenEncString(b, s)
+		b = wire.AppendLenEncString(b, s)
 	}
 	b = append(b, 0x0c)
 	b = binary.LittleEndian.AppendUint16(b, charset)
@@ -37,7 +39,7 @@ func (c *hconn) tidbWarnings(status uint16, rows ...[]string) []pkt {
 	for _, r := range rows {
 		var p []byte
 		for _, v := range r {
-			p = appendLenEncString(p, v)
+			p = wire.AppendLenEncString(p, v)
 		}
 		out = append(out, pkt{payload: p, label: "row"})
 	}

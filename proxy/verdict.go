@@ -8,6 +8,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -68,7 +69,7 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 		seen[sql] = true
 		rows, err := c.backendQuery(sql)
 		if err != nil {
-			if be, ok := err.(*backendError); ok && locking && (be.code == erConflict || be.code == erLockWait) {
+			if be, ok := err.(*backendError); ok && locking && (be.Code == erConflict || be.Code == erLockWait) {
 				// A deadlock rolled the transaction back, or another
 				// transaction (a takeover) locked the lease row after
 				// the write: that is no verdict on the lease.
@@ -85,7 +86,7 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 		}
 		lv, valid := lease.ReadVerdict(toFields(rows))
 		if !valid {
-			return verdict{}, c.backend.sideErr(malformed("lease check returned %d rows", len(rows)))
+			return verdict{}, c.backend.Err(wire.Malformed("lease check returned %d rows", len(rows)))
 		}
 		if v := verdictOf(lv, tg); v.rejected() {
 			return v, nil

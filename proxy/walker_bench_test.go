@@ -1,12 +1,13 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // repeatReader yields b over and over.
@@ -40,13 +41,13 @@ func BenchmarkWalkResultSet(b *testing.B) {
 		put(colDef(col{name, mysql.MYSQL_TYPE_VAR_STRING}).payload)
 	}
 	for range 10 {
-		put(appendLenEncString(appendLenEncString(appendLenEncString(appendLenEncString(nil, "42"), "acme"), "10.00"), "2026-10"))
+		put(wire.AppendLenEncString(wire.AppendLenEncString(wire.AppendLenEncString(wire.AppendLenEncString(nil, "42"), "acme"), "10.00"), "2026-10"))
 	}
 	put([]byte{mysql.EOF_HEADER, 0, 0, 2, 0, 0, 0})
 	c := &clientConn{p: &Proxy{}, deprecateEOF: true}
 	c.fence.c = c
-	c.backend = &packetConn{side: backendSide, r: bufio.NewReaderSize(&repeatReader{b: resp.Bytes()}, bufSize), w: bufio.NewWriter(io.Discard)}
-	c.client = &packetConn{side: clientSide, r: bufio.NewReader(bytes.NewReader(nil)), w: bufio.NewWriterSize(io.Discard, bufSize)}
+	c.backend = wire.NewStreamConn(wire.Backend, &repeatReader{b: resp.Bytes()}, io.Discard)
+	c.client = wire.NewStreamConn(wire.Client, bytes.NewReader(nil), io.Discard)
 	b.ReportAllocs()
 	b.SetBytes(int64(resp.Len()))
 	for range b.N {
@@ -54,7 +55,7 @@ func BenchmarkWalkResultSet(b *testing.B) {
 		if err := c.relayResults(nil); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.client.flush(); err != nil {
+		if err := c.client.Flush(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
 // TiDB empties SHOW WARNINGS at every statement but SHOW WARNINGS itself,
@@ -69,17 +71,17 @@ type warnReader struct {
 }
 
 func (w *warnReader) peeked(n int) error {
-	pkt, err := w.c.backend.packet(n)
+	pkt, err := w.c.backend.Packet(n)
 	if err != nil {
 		return err
 	}
-	w.pkts = append(w.pkts, bytes.Clone(pkt[headerLen:]))
+	w.pkts = append(w.pkts, bytes.Clone(pkt[wire.HeaderLen:]))
 	w.c.takeBackendPacket(n)
 	return nil
 }
 
 func (w *warnReader) read() error {
-	p, _, err := w.c.backend.readPacket(nil, maxWholePacket)
+	p, _, err := w.c.backend.ReadPacket(nil, wire.MaxWholePacket)
 	if err != nil {
 		return err
 	}
@@ -87,7 +89,7 @@ func (w *warnReader) read() error {
 	return nil
 }
 
-func (w *warnReader) ok(_ []byte, n int, _ okPacket, _ bool) error {
+func (w *warnReader) ok(_ []byte, n int, _ wire.OKPacket, _ bool) error {
 	w.failed = true // SHOW WARNINGS answers with rows
 	w.c.takeBackendPacket(n)
 	return nil
@@ -100,7 +102,7 @@ func (w *warnReader) err(_ []byte, n int, _ bool) error {
 }
 
 func (w *warnReader) localInfile() error {
-	return w.c.backend.sideErr(malformed("LOCAL INFILE request in the response to SHOW WARNINGS"))
+	return w.c.backend.Err(wire.Malformed("LOCAL INFILE request in the response to SHOW WARNINGS"))
 }
 
 func (w *warnReader) eof() error {
@@ -123,11 +125,11 @@ func heldWarnings(h heldPacket) uint16 {
 		}
 		return binary.LittleEndian.Uint16(h.p[1:])
 	}
-	ok, valid := parseOK(h.p)
+	ok, valid := wire.ParseOK(h.p)
 	if !valid {
 		return 0
 	}
-	return ok.warnings
+	return ok.Warnings
 }
 
 // isShow reports whether sql is exactly SHOW followed by words (any case
@@ -161,15 +163,15 @@ func (c *clientConn) answerWarnings() error {
 			// Column definitions start with "def", SHOW WARNINGS' rows
 			// with a level: only terminators start with 0xFE.
 			out = bytes.Clone(p)
-			off, ok := statusOffset(out, !c.deprecateEOF || i < len(pkts)-1)
+			off, ok := wire.StatusOffset(out, !c.deprecateEOF || i < len(pkts)-1)
 			if !ok {
-				return c.backend.sideErr(malformed("SHOW WARNINGS terminator"))
+				return c.backend.Err(wire.Malformed("SHOW WARNINGS terminator"))
 			}
 			st := binary.LittleEndian.Uint16(out[off:]) &^ (mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
 			binary.LittleEndian.PutUint16(out[off:], c.x.endStatus(st))
 		}
 		var err error
-		if seq, err = c.client.writePacket(seq, out); err != nil {
+		if seq, err = c.client.WritePacket(seq, out); err != nil {
 			return err
 		}
 	}

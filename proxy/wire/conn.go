@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bufio"
@@ -13,41 +13,41 @@ import (
 )
 
 // MySQL packets: a 3-byte little-endian payload length, a sequence number,
-// then the payload. A payload of exactly maxPayload bytes is continued in the
+// then the payload. A payload of exactly MaxPayload bytes is continued in the
 // next packet; the logical packet ends with a shorter one (possibly empty).
 const (
-	headerLen  = 4
-	maxPayload = 1<<24 - 1
+	HeaderLen  = 4
+	MaxPayload = 1<<24 - 1
 
-	// bufSize is the read and write buffer of each side of a connection. A
+	// BufSize is the read and write buffer of each side of a connection. A
 	// typical command and a typical OK packet fit, so the hot path peeks them
 	// in place without copying; larger packets stream through.
-	bufSize = 16 << 10
+	BufSize = 16 << 10
 
-	// maxWholePacket bounds a packet the proxy reads whole, for itself,
+	// MaxWholePacket bounds a packet the proxy reads whole, for itself,
 	// instead of streaming it: a step of the authentication exchange,
 	// COM_CHANGE_USER, a packet of the response to one of its own queries,
 	// a lease function's COM_STMT_EXECUTE.
-	maxWholePacket = 1 << 20
-	// maxShortPacket bounds the packets that are short by nature: the
+	MaxWholePacket = 1 << 20
+	// MaxShortPacket bounds the packets that are short by nature: the
 	// backend's greeting, and the steps of caching_sha2_password's full
 	// authentication the proxy converts (a public key, an encrypted or
 	// cleartext password).
-	maxShortPacket = 1 << 16
+	MaxShortPacket = 1 << 16
 )
 
-// errMalformed marks input that does not follow the protocol: the
+// ErrMalformed marks input that does not follow the protocol: the
 // connection it came from is closed, nothing else.
-var errMalformed = errors.New("malformed packet")
+var ErrMalformed = errors.New("malformed packet")
 
-func malformed(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errMalformed, fmt.Sprintf(format, args...))
+func Malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
 }
 
-// packetConn is one side of a proxied connection: buffered packet reads and
+// Conn is one side of a proxied connection: buffered packet reads and
 // writes over a net.Conn that may be upgraded to TLS mid-handshake.
-type packetConn struct {
-	side side // whose connection this is, for errors
+type Conn struct {
+	side Side // whose connection this is, for errors
 	conn net.Conn
 	// sock is the connection as accepted or dialled, under any TLS: fixed
 	// for the connection's life, so that another goroutine may close it.
@@ -66,15 +66,22 @@ type packetConn struct {
 
 	// hdr is scratch for packet headers written: a local array passed to
 	// bufio.Writer.Write would escape, one allocation per packet.
-	hdr [headerLen]byte
+	hdr [HeaderLen]byte
 }
 
-func newPacketConn(s side, c net.Conn) *packetConn {
+func NewConn(s Side, c net.Conn) *Conn {
 	rw := socketIO(c)
-	p := &packetConn{side: s, conn: c, sock: c, rw: rw}
+	p := &Conn{side: s, conn: c, sock: c, rw: rw}
 	p.waiter, _ = rw.(readyWaiter)
-	p.unpark()
+	p.Unpark()
 	return p
+}
+
+// NewStreamConn is a Conn over a reader and a writer that are no network
+// connection (recorded bytes in tests and benchmarks): it has no
+// deadlines, closing it does nothing, and it never parks.
+func NewStreamConn(s Side, r io.Reader, w io.Writer) *Conn {
+	return &Conn{side: s, r: bufio.NewReaderSize(r, BufSize), w: bufio.NewWriterSize(w, BufSize)}
 }
 
 // readyWaiter is a socket that can wait until it has something to read
@@ -89,27 +96,27 @@ type readyWaiter interface {
 // few thousand connections a second, what the garbage collector spent its
 // time on (BenchmarkConnect).
 var (
-	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufSize) }}
-	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, bufSize) }}
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, BufSize) }}
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, BufSize) }}
 )
 
-// park returns p's buffers to the pools while its peer is idle, if they
+// Park returns p's buffers to the pools while its peer is idle, if they
 // hold nothing and p can wait without them (waitReadable); unpark takes
 // buffers again before p is read or written. An idle connection then
 // holds no buffer: measured at 5,000 idle connections, the four buffers'
-// pages were about half of the proxy's memory per connection (README).
-func (p *packetConn) park() bool {
+// pages were about half of the proxy's memory per connection (docs/benchmarks.md).
+func (p *Conn) Park() bool {
 	if p.waiter == nil || p.r == nil || p.r.Buffered() > 0 || p.w.Buffered() > 0 {
 		return false
 	}
-	p.release()
+	p.Release()
 	return true
 }
 
-func (p *packetConn) parked() bool { return p.r == nil }
+func (p *Conn) Parked() bool { return p.r == nil }
 
-// unpark gives p buffers again (no-op unless parked).
-func (p *packetConn) unpark() {
+// Unpark gives p buffers again (no-op unless parked).
+func (p *Conn) Unpark() {
 	if p.r != nil {
 		return
 	}
@@ -119,16 +126,16 @@ func (p *packetConn) unpark() {
 	p.w.Reset(p.rw)
 }
 
-// waitReadable waits, parked, until the peer sent something or closed;
+// WaitReadable waits, parked, until the peer sent something or closed;
 // it returns the wait's own error (a deadline, the connection closed), and
 // leaves what arrived, an end of stream too, to the next read.
-func (p *packetConn) waitReadable() error {
-	return p.sideErr(p.waiter.waitReadable())
+func (p *Conn) WaitReadable() error {
+	return p.Err(p.waiter.waitReadable())
 }
 
-// release returns p's buffers to the pools once nothing reads or writes p
+// Release returns p's buffers to the pools once nothing reads or writes p
 // any more, until unpark; p must not be used after it otherwise.
-func (p *packetConn) release() {
+func (p *Conn) Release() {
 	if p.r != nil {
 		p.r.Reset(nil)
 		readerPool.Put(p.r)
@@ -140,129 +147,129 @@ func (p *packetConn) release() {
 	p.r, p.w = nil, nil
 }
 
-// side names the peer of a packetConn.
-type side uint8
+// Side names the peer of a Conn.
+type Side uint8
 
 const (
-	clientSide side = iota + 1
-	backendSide
+	Client Side = iota + 1
+	Backend
 )
 
-func (s side) String() string {
-	if s == clientSide {
+func (s Side) String() string {
+	if s == Client {
 		return "client"
 	}
 	return "backend"
 }
 
-// connError is an I/O or protocol failure on one side of a proxied
+// ConnError is an I/O or protocol failure on one side of a proxied
 // connection; which side decides what the other one is told.
-type connError struct {
-	side side
-	err  error
+type ConnError struct {
+	Side Side
+	Err  error
 }
 
-func (e *connError) Error() string { return e.side.String() + ": " + e.err.Error() }
-func (e *connError) Unwrap() error { return e.err }
+func (e *ConnError) Error() string { return e.Side.String() + ": " + e.Err.Error() }
+func (e *ConnError) Unwrap() error { return e.Err }
 
-// sideErr tags err with p's side (nil stays nil; tagged errors keep their
+// Err tags err with p's side (nil stays nil; tagged errors keep their
 // tag).
-func (p *packetConn) sideErr(err error) error {
+func (p *Conn) Err(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *connError
+	var ce *ConnError
 	if errors.As(err, &ce) {
 		return err
 	}
-	return &connError{side: p.side, err: err}
+	return &ConnError{Side: p.side, Err: err}
 }
 
-// peekHeader waits for the next packet and returns its payload length and
+// PeekHeader waits for the next packet and returns its payload length and
 // sequence number without consuming anything.
-func (p *packetConn) peekHeader() (int, byte, error) {
-	h, err := p.r.Peek(headerLen)
+func (p *Conn) PeekHeader() (int, byte, error) {
+	h, err := p.r.Peek(HeaderLen)
 	if err != nil {
-		return 0, 0, p.sideErr(err)
+		return 0, 0, p.Err(err)
 	}
 	return int(h[0]) | int(h[1])<<8 | int(h[2])<<16, h[3], nil
 }
 
-// peekPacket returns the next packet (header included) in place, if its
+// PeekPacket returns the next packet (header included) in place, if its
 // payload is shorter than maxPayload and it fits the read buffer; ok is false
 // otherwise. The bytes are valid until the next read; consume them with
 // p.discard(len(pkt)).
-func (p *packetConn) peekPacket() (pkt []byte, ok bool, err error) {
-	n, _, err := p.peekHeader()
+func (p *Conn) PeekPacket() (pkt []byte, ok bool, err error) {
+	n, _, err := p.PeekHeader()
 	if err != nil {
 		return nil, false, err
 	}
-	if n == maxPayload || headerLen+n > p.r.Size() {
+	if n == MaxPayload || HeaderLen+n > p.r.Size() {
 		return nil, false, nil
 	}
-	pkt, err = p.r.Peek(headerLen + n)
+	pkt, err = p.r.Peek(HeaderLen + n)
 	if err != nil {
-		return nil, false, p.sideErr(err)
+		return nil, false, p.Err(err)
 	}
 	return pkt, true, nil
 }
 
-// discard consumes n bytes already peeked.
-func (p *packetConn) discard(n int) {
+// Discard consumes n bytes already peeked.
+func (p *Conn) Discard(n int) {
 	p.r.Discard(n)
 	p.bytesIn += int64(n)
 }
 
-// readPacket reads one logical packet (joining continuation packets) into
+// ReadPacket reads one logical packet (joining continuation packets) into
 // buf and returns the payload and the sequence number of its last part.
 // limit bounds the payload size; past it the rest of the packet is consumed
 // and errTooLarge returned, so the stream stays in sync.
-func (p *packetConn) readPacket(buf []byte, limit int) ([]byte, byte, error) {
+func (p *Conn) ReadPacket(buf []byte, limit int) ([]byte, byte, error) {
 	payload := buf[:0]
 	tooLarge := false
 	for {
-		n, seq, err := p.peekHeader()
+		n, seq, err := p.PeekHeader()
 		if err != nil {
 			return nil, 0, err
 		}
-		p.discard(headerLen)
+		p.Discard(HeaderLen)
 		if tooLarge || len(payload)+n > limit {
 			tooLarge = true
 			if _, err := p.r.Discard(n); err != nil {
-				return nil, 0, p.sideErr(err)
+				return nil, 0, p.Err(err)
 			}
 		} else {
 			start := len(payload)
 			payload = grow(payload, n)
 			if _, err := io.ReadFull(p.r, payload[start:start+n]); err != nil {
-				return nil, 0, p.sideErr(err)
+				return nil, 0, p.Err(err)
 			}
 		}
 		p.bytesIn += int64(n)
-		if n < maxPayload {
+		if n < MaxPayload {
 			if tooLarge {
-				return nil, seq, errTooLarge
+				return nil, seq, ErrTooLarge
 			}
 			return payload, seq, nil
 		}
 	}
 }
 
-var errTooLarge = errors.New("packet larger than the configured limit")
+var ErrTooLarge = errors.New("packet larger than the configured limit")
 
-// skipPacket consumes the rest of the current logical packet, from the
+// SkipPacket consumes the rest of the current logical packet, from the
 // header of its next part, and returns the sequence number of its last part.
-func (p *packetConn) skipPacket() (byte, error) {
+func (p *Conn) SkipPacket() (byte, error) {
 	for {
-		n, seq, err := p.peekHeader()
+		n, seq, err := p.PeekHeader()
 		if err != nil {
 			return 0, err
 		}
-		if _, err := p.r.Discard(headerLen + n); err != nil {
-			return 0, p.sideErr(err)
+		if _, err := p.r.Discard(HeaderLen + n); err != nil {
+			return 0, p.Err(err)
 		}
-		p.bytesIn += int64(headerLen + n)
-		if n < maxPayload {
+		p.bytesIn += int64(HeaderLen + n)
+		if n < MaxPayload {
 			return seq, nil
 		}
 	}
@@ -278,102 +285,113 @@ func grow(b []byte, n int) []byte {
 	return nb
 }
 
-// writePacket writes payload as one logical packet starting at sequence
+// WritePacket writes payload as one logical packet starting at sequence
 // seq, splitting it at maxPayload, and returns the next sequence number. It
 // does not flush.
-func (p *packetConn) writePacket(seq byte, payload []byte) (byte, error) {
-	return p.writeCommand(seq, nil, payload)
+func (p *Conn) WritePacket(seq byte, payload []byte) (byte, error) {
+	return p.WriteCommand(seq, nil, payload)
 }
 
-// writeCommand writes prefix+body as one logical packet (prefix is a command
+// WriteCommand writes prefix+body as one logical packet (prefix is a command
 // byte, or nil), splitting at maxPayload, and returns the next sequence
 // number. It does not flush.
-func (p *packetConn) writeCommand(seq byte, prefix, body []byte) (byte, error) {
+func (p *Conn) WriteCommand(seq byte, prefix, body []byte) (byte, error) {
 	total := len(prefix) + len(body)
 	for {
-		n := min(total, maxPayload)
-		p.hdr = [headerLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
+		n := min(total, MaxPayload)
+		p.hdr = [HeaderLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
 		if _, err := p.w.Write(p.hdr[:]); err != nil {
-			return seq, p.sideErr(err)
+			return seq, p.Err(err)
 		}
 		rest := n
 		if len(prefix) > 0 {
 			k := min(len(prefix), rest)
 			if _, err := p.w.Write(prefix[:k]); err != nil {
-				return seq, p.sideErr(err)
+				return seq, p.Err(err)
 			}
 			prefix, rest = prefix[k:], rest-k
 		}
 		if _, err := p.w.Write(body[:rest]); err != nil {
-			return seq, p.sideErr(err)
+			return seq, p.Err(err)
 		}
 		body = body[rest:]
-		p.bytesOut += int64(headerLen + n)
+		p.bytesOut += int64(HeaderLen + n)
 		p.lastOut = seq
 		seq++
 		total -= n
-		if n < maxPayload {
+		if n < MaxPayload {
 			return seq, nil
 		}
 	}
 }
 
-func (p *packetConn) flush() error { return p.sideErr(p.w.Flush()) }
+func (p *Conn) Flush() error { return p.Err(p.w.Flush()) }
 
-// copyPacket streams one physical packet from src to dst, rewriting its
+// LastOut is the sequence number of the last packet written.
+func (p *Conn) LastOut() byte { return p.lastOut }
+
+// TakeBytesIn returns the bytes read since the last call, for the
+// metrics, and starts counting again (both directions).
+func (p *Conn) TakeBytesIn() int64 {
+	n := p.bytesIn
+	p.bytesIn, p.bytesOut = 0, 0
+	return n
+}
+
+// CopyPacket streams one physical packet from src to dst, rewriting its
 // sequence number by delta, without holding more than the read buffer. It
 // returns the payload length and the payload's first byte (0 if empty).
-func copyPacket(dst, src *packetConn, delta byte) (int, byte, error) {
-	n, seq, err := src.peekHeader()
+func CopyPacket(dst, src *Conn, delta byte) (int, byte, error) {
+	n, seq, err := src.PeekHeader()
 	if err != nil {
 		return 0, 0, err
 	}
 	var first byte
 	if n > 0 {
-		b, err := src.r.Peek(headerLen + 1)
+		b, err := src.r.Peek(HeaderLen + 1)
 		if err != nil {
-			return 0, 0, src.sideErr(err)
+			return 0, 0, src.Err(err)
 		}
-		first = b[headerLen]
+		first = b[HeaderLen]
 	}
-	dst.hdr = [headerLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq + delta}
+	dst.hdr = [HeaderLen]byte{byte(n), byte(n >> 8), byte(n >> 16), seq + delta}
 	if _, err := dst.w.Write(dst.hdr[:]); err != nil {
-		return 0, 0, dst.sideErr(err)
+		return 0, 0, dst.Err(err)
 	}
 	dst.lastOut = seq + delta
-	src.discard(headerLen)
+	src.Discard(HeaderLen)
 	if err := copyN(dst, src, n); err != nil {
 		return 0, 0, err
 	}
-	dst.bytesOut += int64(headerLen + n)
+	dst.bytesOut += int64(HeaderLen + n)
 	return n, first, nil
 }
 
 // copyN moves n bytes from src to dst through src's buffer, writing whatever
 // has arrived: no allocation, no intermediate copy, no waiting for a full
 // buffer.
-func copyN(dst, src *packetConn, n int) error {
+func copyN(dst, src *Conn, n int) error {
 	for n > 0 {
 		if src.r.Buffered() == 0 {
 			if _, err := src.r.Peek(1); err != nil {
-				return src.sideErr(err)
+				return src.Err(err)
 			}
 		}
 		b, _ := src.r.Peek(min(n, src.r.Buffered()))
 		if _, err := dst.w.Write(b); err != nil {
-			return dst.sideErr(err)
+			return dst.Err(err)
 		}
-		src.discard(len(b))
+		src.Discard(len(b))
 		n -= len(b)
 	}
 	return nil
 }
 
-// tlsTransport returns the connection to run a TLS handshake over. A client
+// TLSTransport returns the connection to run a TLS handshake over. A client
 // starts its TLS handshake right after its SSLRequest, without waiting for
 // an answer, so the start of its ClientHello may already sit in the read
 // buffer: those bytes are handed to the TLS layer first.
-func (p *packetConn) tlsTransport() net.Conn {
+func (p *Conn) TLSTransport() net.Conn {
 	n := p.r.Buffered()
 	if n == 0 {
 		return p.conn
@@ -399,14 +417,14 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-// upgradeTLS replaces the connection with a TLS one after the handshake
+// UpgradeTLS replaces the connection with a TLS one after the handshake
 // packets that negotiated it; tc runs over tlsTransport's connection, so
 // nothing is left unread in the buffer.
-func (p *packetConn) upgradeTLS(tc *tls.Conn) error {
+func (p *Conn) UpgradeTLS(tc *tls.Conn) error {
 	if p.r.Buffered() > 0 {
-		return p.sideErr(malformed("data after the TLS request"))
+		return p.Err(Malformed("data after the TLS request"))
 	}
-	if err := p.flush(); err != nil {
+	if err := p.Flush(); err != nil {
 		return err
 	}
 	p.conn, p.rw, p.waiter = tc, tc, nil
@@ -417,37 +435,65 @@ func (p *packetConn) upgradeTLS(tc *tls.Conn) error {
 
 // Deadlines and closing act on the connection as it is now (TLS once
 // upgraded), from the goroutine that owns it or, for closing, any other.
-func (p *packetConn) setDeadline(t time.Time) error      { return p.conn.SetDeadline(t) }
-func (p *packetConn) setReadDeadline(t time.Time) error  { return p.conn.SetReadDeadline(t) }
-func (p *packetConn) setWriteDeadline(t time.Time) error { return p.conn.SetWriteDeadline(t) }
-func (p *packetConn) close() error                       { return p.conn.Close() }
+func (p *Conn) SetDeadline(t time.Time) error {
+	if p.conn == nil {
+		return nil
+	}
+	return p.conn.SetDeadline(t)
+}
 
-// closeSocket closes the socket under any TLS layer: safe from any
+func (p *Conn) SetReadDeadline(t time.Time) error {
+	if p.conn == nil {
+		return nil
+	}
+	return p.conn.SetReadDeadline(t)
+}
+
+func (p *Conn) SetWriteDeadline(t time.Time) error {
+	if p.conn == nil {
+		return nil
+	}
+	return p.conn.SetWriteDeadline(t)
+}
+
+func (p *Conn) Close() error {
+	if p.conn == nil {
+		return nil
+	}
+	return p.conn.Close()
+}
+
+// CloseSocket closes the socket under any TLS layer: safe from any
 // goroutine at any time (the admin endpoint's kill).
-func (p *packetConn) closeSocket() error { return p.sock.Close() }
+func (p *Conn) CloseSocket() error {
+	if p.sock == nil {
+		return nil
+	}
+	return p.sock.Close()
+}
 
-// remoteAddr is the peer's address as the socket has it (nil without one).
-func (p *packetConn) remoteAddr() net.Addr {
+// RemoteAddr is the peer's address as the socket has it (nil without one).
+func (p *Conn) RemoteAddr() net.Addr {
 	if p.sock == nil {
 		return nil
 	}
 	return p.sock.RemoteAddr()
 }
 
-// peekPrefix returns the next packet's header and up to k bytes of its
+// PeekPrefix returns the next packet's header and up to k bytes of its
 // payload of n bytes (as peekHeader told), in place (valid until the next
 // read).
-func (p *packetConn) peekPrefix(n, k int) ([]byte, error) {
-	b, err := p.r.Peek(headerLen + min(n, k))
+func (p *Conn) PeekPrefix(n, k int) ([]byte, error) {
+	b, err := p.r.Peek(HeaderLen + min(n, k))
 	if err != nil {
-		return nil, p.sideErr(err)
+		return nil, p.Err(err)
 	}
 	return b, nil
 }
 
-// peekStart returns the next n bytes that arrive, framed or not, in
+// PeekStart returns the next n bytes that arrive, framed or not, in
 // place; nil when fewer arrive, or at once when p is parked.
-func (p *packetConn) peekStart(n int) []byte {
+func (p *Conn) PeekStart(n int) []byte {
 	if p.r == nil {
 		return nil
 	}
@@ -458,64 +504,64 @@ func (p *packetConn) peekStart(n int) []byte {
 	return b
 }
 
-// packet returns the next packet, header included, whose payload of n
+// Packet returns the next Packet, header included, whose payload of n
 // bytes the caller has seen fits the read buffer (peekPacket, peekKind):
 // valid until the next read; consume it with discard(headerLen+n).
-func (p *packetConn) packet(n int) ([]byte, error) {
-	b, err := p.r.Peek(headerLen + n)
+func (p *Conn) Packet(n int) ([]byte, error) {
+	b, err := p.r.Peek(HeaderLen + n)
 	if err != nil {
-		return nil, p.sideErr(err)
+		return nil, p.Err(err)
 	}
 	return b, nil
 }
 
-// peekKind waits for the next packet's header and first payload byte and
+// PeekKind waits for the next packet's header and first payload byte and
 // returns its payload length; first and small are set when the payload is
 // not empty, shorter than maxPayload and fits the read buffer, so that
 // packet(n) returns it whole. Nothing is consumed, and a large packet
 // (a row) is not waited for beyond its first byte.
-func (p *packetConn) peekKind() (n int, first byte, small bool, err error) {
-	n, _, err = p.peekHeader()
+func (p *Conn) PeekKind() (n int, first byte, small bool, err error) {
+	n, _, err = p.PeekHeader()
 	if err != nil {
 		return 0, 0, false, err
 	}
-	if n == 0 || n >= maxPayload || headerLen+n > p.r.Size() {
+	if n == 0 || n >= MaxPayload || HeaderLen+n > p.r.Size() {
 		return n, 0, false, nil
 	}
-	b, err := p.r.Peek(headerLen + 1)
+	b, err := p.r.Peek(HeaderLen + 1)
 	if err != nil {
-		return 0, 0, false, p.sideErr(err)
+		return 0, 0, false, p.Err(err)
 	}
-	return n, b[headerLen], true, nil
+	return n, b[HeaderLen], true, nil
 }
 
-// checkColumnDef fails unless the next packet starts as every column
+// CheckColumnDef fails unless the next packet starts as every column
 // definition does, with the catalog "def": a response whose definitions
 // are missing or fewer than its column count said fails here at once.
-func (p *packetConn) checkColumnDef() error {
-	if p.r.Buffered() >= headerLen+4 {
+func (p *Conn) CheckColumnDef() error {
+	if p.r.Buffered() >= HeaderLen+4 {
 		// The usual case, with no wait: the header and the catalog's
 		// length and name are in the buffer already.
-		b, _ := p.r.Peek(headerLen + 4)
+		b, _ := p.r.Peek(HeaderLen + 4)
 		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
-		if n >= 4 && n < maxPayload && binary.LittleEndian.Uint32(b[headerLen:]) == columnDefStart {
+		if n >= 4 && n < MaxPayload && binary.LittleEndian.Uint32(b[HeaderLen:]) == columnDefStart {
 			return nil
 		}
-		return p.sideErr(malformed("column definition"))
+		return p.Err(Malformed("column definition"))
 	}
-	n, _, err := p.peekHeader()
+	n, _, err := p.PeekHeader()
 	if err != nil {
 		return err
 	}
-	if n < 4 || n >= maxPayload {
-		return p.sideErr(malformed("column definition of %d bytes", n))
+	if n < 4 || n >= MaxPayload {
+		return p.Err(Malformed("column definition of %d bytes", n))
 	}
-	b, err := p.r.Peek(headerLen + 4)
+	b, err := p.r.Peek(HeaderLen + 4)
 	if err != nil {
-		return p.sideErr(err)
+		return p.Err(err)
 	}
-	if binary.LittleEndian.Uint32(b[headerLen:]) != columnDefStart {
-		return p.sideErr(malformed("column definition"))
+	if binary.LittleEndian.Uint32(b[HeaderLen:]) != columnDefStart {
+		return p.Err(Malformed("column definition"))
 	}
 	return nil
 }
@@ -524,43 +570,43 @@ func (p *packetConn) checkColumnDef() error {
 // "def" as a length-encoded string, read as a little-endian word.
 const columnDefStart = 3 | 'd'<<8 | 'e'<<16 | 'f'<<24
 
-// pendingWrite reports whether p holds written bytes not yet flushed.
-func (p *packetConn) pendingWrite() bool { return p.w != nil && p.w.Buffered() > 0 }
+// PendingWrite reports whether p holds written bytes not yet flushed.
+func (p *Conn) PendingWrite() bool { return p.w != nil && p.w.Buffered() > 0 }
 
-// awaitData waits until something can be read, reading it into the buffer
+// AwaitData waits until something can be read, reading it into the buffer
 // (a parked connection waits with waitReadable instead), and returns the
 // read's error: a deadline, the end of the stream, a closed connection.
-func (p *packetConn) awaitData() error {
+func (p *Conn) AwaitData() error {
 	_, err := p.r.Peek(1)
 	return err
 }
 
-// copyAll copies bytes from src to dst as they arrive, unframed, until
+// CopyAll copies bytes from src to dst as they arrive, unframed, until
 // either side fails (the replication stream).
-func copyAll(dst, src *packetConn) error {
+func CopyAll(dst, src *Conn) error {
 	for {
 		if src.r.Buffered() == 0 {
 			if _, err := src.r.Peek(1); err != nil {
-				return src.sideErr(err)
+				return src.Err(err)
 			}
 		}
 		if err := copyN(dst, src, src.r.Buffered()); err != nil {
 			return err
 		}
-		if err := dst.flush(); err != nil {
+		if err := dst.Flush(); err != nil {
 			return err
 		}
 	}
 }
 
-// passLast writes to dst, as they are, the bytes src sent before it
+// PassLast writes to dst, as they are, the bytes src sent before it
 // closed (an ERR a server sends as it ends an idle session), waiting up to
 // wait for them when src was parked and read none, and up to wait for dst
 // to take them.
-func passLast(dst, src *packetConn, wait time.Duration) {
-	dst.unpark()
-	if src.parked() {
-		src.unpark()
+func PassLast(dst, src *Conn, wait time.Duration) {
+	dst.Unpark()
+	if src.Parked() {
+		src.Unpark()
 		src.conn.SetReadDeadline(time.Now().Add(wait))
 		src.r.Peek(1)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"io"
@@ -141,7 +141,7 @@ func (s *rawSocket) write(fd uintptr) bool {
 
 // waitReadable waits in the poller until the socket has data, an end of
 // stream or an error pending, and consumes nothing: a parked connection
-// (packetConn.park) waits so without holding a read buffer.
+// (Conn.Park) waits so without holding a read buffer.
 func (s *rawSocket) waitReadable() error { return s.rc.Read(s.peekFn) }
 
 func (s *rawSocket) peek(fd uintptr) bool {

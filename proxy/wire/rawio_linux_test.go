@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -199,4 +199,9 @@ func TestRawSocket(t *testing.T) {
 			t.Fatalf("waitReadable = %v, want a timeout", err)
 		}
 	})
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
 }
