@@ -194,6 +194,9 @@ type Closure struct {
 	// While the catalog cannot be read, a call of any other function that
 	// is not a built-in one is refused: it may have been created since.
 	functions, udfs map[string]bool
+	// procedures: every stored procedure of the snapshot (key(schema,
+	// name)).
+	procedures map[string]bool
 	// tableKeys, routineKeys: the keys of Tables and Routines, sorted, and
 	// those of them that are not ASCII: the lookups' fallback (SameName).
 	tableKeys, routineKeys, wildTables, wildRoutines []string
@@ -241,6 +244,43 @@ func (c *Closure) Known(schema, name string) bool {
 // for a known one.
 func (c *Closure) KnownFunction(schema, name string) bool {
 	return c != nil && c.functions[key(schema, name)]
+}
+
+// KnownProcedure reports whether the snapshot saw the stored procedure
+// schema.name (whatever it writes).
+func (c *Closure) KnownProcedure(schema, name string) bool {
+	return c != nil && c.procedures[key(schema, name)]
+}
+
+// ObjectNames returns the lower-case names, without their schemas, of
+// every table, view, stored routine and loadable function the snapshot
+// saw: a name outside them is an object the snapshot never saw (or no
+// object at all).
+func (c *Closure) ObjectNames() []string {
+	if c == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	add := func(k string) {
+		if i := strings.IndexByte(k, '.'); i >= 0 {
+			k = k[i+1:]
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	for _, m := range []map[string]bool{c.known, c.functions, c.procedures} {
+		for k := range m {
+			add(k)
+		}
+	}
+	for k := range c.udfs {
+		add(k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // KnownUDF reports whether the snapshot saw the loadable function name.
@@ -715,13 +755,15 @@ func (c *closer) leaseIn(s set) string {
 
 func (c *closer) result(snap *Snapshot) *Closure {
 	out := &Closure{Tables: map[string]*Fenced{}, Routines: map[string]*Refused{}, known: map[string]bool{},
-		functions: map[string]bool{}, udfs: map[string]bool{}}
+		functions: map[string]bool{}, udfs: map[string]bool{}, procedures: map[string]bool{}}
 	for _, t := range snap.Tables {
 		out.known[key(t.Schema, t.Name)] = true
 	}
 	for _, r := range snap.Routines {
 		if r.Function {
 			out.functions[key(r.Schema, r.Name)] = true
+		} else {
+			out.procedures[key(r.Schema, r.Name)] = true
 		}
 	}
 	for _, u := range snap.UDFs {

@@ -29,6 +29,12 @@ type catalogWatch struct {
 // first statements are decided with it) and then keeps it fresh.
 func (p *Proxy) startCatalog(every time.Duration) {
 	w := infoschema.NewWatcher(p.adminDB, every, p.catalogChanged, p.logger)
+	w.OnCheck = func() {
+		// A completed read may have seen what was absent before.
+		if rt := p.rt.Load(); rt != nil {
+			rt.engine.ClearAbsent()
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cw := &catalogWatch{w: w, cancel: cancel, done: make(chan struct{})}
 	p.catalog = cw
@@ -169,6 +175,48 @@ func catalogFingerprint(c *catalog.Closure, stale string) string {
 	}
 	return "|catalog=" + hex.EncodeToString(h.Sum(nil))
 }
+
+// freshCatalogFor decides again a statement the rewriter refused because it
+// writes to or calls an object the catalog never saw (d.Refusal
+// .CatalogUnknown): a view or routine created on the server a moment ago
+// must be fenced at once, not after the next periodic read. It makes sure
+// a catalog read that began after the statement arrived has completed (one
+// read at a time for the whole proxy: a statement that arrived before a
+// read began is settled by it), then asks again with the runtime that read
+// installed; an object that read did not have either does not exist (or
+// is a temporary table) and is marked absent until the next read. ask is
+// the rewriter's Query or Prepare.
+func (c *clientConn) freshCatalogFor(d rewrite.Decision, arrived time.Time,
+	ask func(*rewrite.Engine) rewrite.Decision) rewrite.Decision {
+	cw := c.p.catalog
+	if cw == nil {
+		return d
+	}
+	read := false
+	for i := 0; i < maxUnknownObjects && d.Action == rewrite.Refuse && d.Refusal.CatalogUnknown; i++ {
+		if !read {
+			ctx, cancel := context.WithTimeout(context.Background(), catalogWait)
+			start := time.Now()
+			cw.w.RefreshSince(ctx, arrived)
+			cancel()
+			c.p.metrics.catalogWaits.Observe(time.Since(start).Seconds())
+			read = true
+		} else {
+			// The read began after the statement arrived and had not
+			// this object either.
+			c.p.rt.Load().engine.MarkAbsent(d.Refusal.Unknown[0], d.Refusal.Unknown[1])
+		}
+		d = ask(c.p.rt.Load().engine)
+	}
+	return d
+}
+
+// maxUnknownObjects bounds the objects of one statement marked absent one
+// by one; past it the statement stays refused.
+const maxUnknownObjects = 16
+
+// catalogWait bounds how long a statement waits for a catalog read.
+const catalogWait = 15 * time.Second
 
 // afterDDL refreshes the catalog right after a statement that may have
 // changed it, before the client's next command: that connection's next

@@ -47,6 +47,10 @@ type Metrics struct {
 	CatalogReadable    prometheus.GaugeFunc
 	CatalogLastSuccess prometheus.GaugeFunc
 	catalog            atomic.Pointer[func() (enabled, readable bool, last time.Time)]
+	// CatalogWaits: how long statements that name an object the catalog
+	// never saw waited for a catalog read (proxy/catalog.go).
+	CatalogWaits prometheus.Histogram
+	catalogWaits prometheus.Observer
 
 	// per command byte; unknown commands share the "other" children
 	commands                          [256]prometheus.Counter
@@ -159,6 +163,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			}
 			return float64(last.UnixNano()) / 1e9
 		})
+	m.CatalogWaits = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fenceproxy_catalog_wait_seconds", Help: "Time a statement that writes to or calls an object the schema catalog never saw waited for a catalog read that began after it arrived.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}})
+	m.catalogWaits = m.CatalogWaits
 	// Histogram children only for the commands apps use all the time;
 	// the rest are counted and timed under "other" to keep /metrics short.
 	other := m.Commands.WithLabelValues("other")
@@ -193,7 +201,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsActive, m.ConnectionsTotal, m.ConnectionsRejected, m.Commands,
 			m.CommandDuration, m.Bytes, m.BackendDialFailures, m.AuthFailures, m.LoginFailures, m.Statements,
 			m.StaleRejected, m.StatementsRefused, m.BackendUp, m.AuditErrors, m.AuditTableWritten, m.AuditTableDropped, m.LeaseCalls, m.Draining,
-			m.DatabaseGuardMissing, m.ProtectedTableMissing, m.ConnectionPanics, m.CertReloadOK, m.CertExpiry,
+			m.DatabaseGuardMissing, m.ProtectedTableMissing, m.ConnectionPanics, m.CertReloadOK, m.CertExpiry, m.CatalogWaits,
 			m.CatalogEnabled, m.CatalogReadable, m.CatalogLastSuccess)
 	}
 	return m

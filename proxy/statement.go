@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -253,11 +254,24 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 // sql_mode the proxy could not track, it learns it and asks again; in shadow
 // mode what would be sent or refused is relayed as it came.
 func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decision {
+	arrived := time.Now()
 	ask := rt.engine.Query
 	if prepare {
 		ask = rt.engine.Prepare
 	}
 	d := ask(sql, c.srv, &c.sess)
+	if d.Action == rewrite.Refuse && d.Refusal.CatalogUnknown {
+		d = c.freshCatalogFor(d, arrived, func(e *rewrite.Engine) rewrite.Decision {
+			if prepare {
+				return e.Prepare(sql, c.srv, &c.sess)
+			}
+			return e.Query(sql, c.srv, &c.sess)
+		})
+		ask = c.p.rt.Load().engine.Query
+		if prepare {
+			ask = c.p.rt.Load().engine.Prepare
+		}
+	}
 	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
 		d = ask(sql, c.srv, &c.sess)
 	}

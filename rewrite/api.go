@@ -257,6 +257,13 @@ type Refusal struct {
 	// (1064, 42000) with this refusal's text: drivers and ORMs that tell a
 	// syntax error by its code still do.
 	UnknownKind bool
+
+	// CatalogUnknown: refused only because the statement writes to or
+	// calls Unknown (schema, name), which the current catalog never saw
+	// (see fresh.go). The proxy may read the catalog again, or mark the
+	// object absent (Engine.MarkAbsent), and ask again.
+	CatalogUnknown bool
+	Unknown        [2]string
 }
 
 func (r *Refusal) Error() string {

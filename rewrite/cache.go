@@ -45,6 +45,7 @@ type cacheCtx struct {
 	remap   bool
 	srv     Server
 	prepare bool
+	absent  uint64 // the engine's marks of absent objects (fresh.go)
 }
 
 type cacheEntry[V any] struct {

@@ -75,6 +75,11 @@ func (in *stmtIn) derivedTargets(ts []Target, r *tref, ops catalog.Op) ([]Target
 				"views or foreign keys that fenceproxy does not know; retry when the catalog is readable again")
 			return nil, &res
 		}
+		if !e.cat.Known(foldName(r.schema), foldName(r.name)) {
+			if res, ok := in.unknownObject(r.schema, r.name, "table or view"); ok {
+				return nil, &res
+			}
+		}
 		return ts, nil
 	}
 	if f.Refuse&ops != 0 {
@@ -134,6 +139,11 @@ func (in *stmtIn) catalogRefusal() (stmtRes, bool) {
 			if e.catStale != "" {
 				return in.refuse("", "fenceproxy cannot read its schema catalog ("+e.catStale+"), so it cannot tell "+
 					"whether this procedure writes protected tables; retry when the catalog is readable again"), true
+			}
+			if !e.cat.KnownProcedure(s, n) {
+				if res, ok := in.unknownObject(s, n, "procedure"); ok {
+					return res, true
+				}
 			}
 		} else if program && !in.kw(i-1, "procedure") && !in.kw(i-1, "function") {
 			if r := e.cat.Procedure(s, n); r != nil {

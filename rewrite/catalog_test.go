@@ -111,7 +111,10 @@ func benchCatalogEngine(b *testing.B) *Engine {
 		name := []string{"order", "item", "stock", "user", "event", "queue", "payment", "tax"}[i%8] + "_t" + itoa(i)
 		snap.Triggers = append(snap.Triggers, catalog.Trigger{Schema: "app", Name: name + "_ai", Table: name,
 			Event: catalog.OpInsert, Body: "INSERT INTO invoices (id) VALUES (NEW.id)"})
+		snap.Tables = append(snap.Tables, catalog.Name{Schema: "app", Name: name})
 	}
+	// The benchmarks' own table, which the server has.
+	snap.Tables = append(snap.Tables, catalog.Name{Schema: "app", Name: "sbtest1"})
 	p := testPolicy(b)
 	return New(p, Options{Catalog: catalog.Close(snap, ProtectedFor(p))})
 }
@@ -162,8 +165,8 @@ func TestCatalogFastPath(t *testing.T) {
 		{"SELECT * FROM orders_archive JOIN xv_inv", nil, true},
 		{"SELECT @v_inv, @@v_inv", nil, true},
 		{"SELECT `v_in``v` FROM t", nil, true},
-		{"SELECT res_x, rxt(1), rs(1)", nil, true},
-		{"SELECT rxs(1)", nil, false}, // é may stand for any letter: over-matching refuses more, never less
+		{"SELECT res_x, rxt(1), rs(1)", nil, false}, // rxt, rs: functions the catalog never saw (fresh.go)
+		{"SELECT rxs(1)", nil, false},               // é may stand for any letter: over-matching refuses more, never less
 		{"UPDATE v_inv SET amount = 1", nil, false},
 		{"UPDATE V_Inv SET amount = 1", nil, false},
 		{"UPDATE `v_inv` SET amount = 1", nil, false},

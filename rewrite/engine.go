@@ -54,6 +54,12 @@ type Engine struct {
 	catSet *nameSet
 
 	maxBytes, maxTokens, maxNesting int // see limits.go
+
+	// fresh: the catalog is current; objects: the names it saw; absent:
+	// the objects found absent since (see fresh.go).
+	fresh   bool
+	objects map[string]struct{}
+	absent  absentSet
 }
 
 // New returns an Engine for the policy snapshot p (nil: nothing protected).
@@ -87,6 +93,13 @@ func New(p *policy.Policy, opts Options) *Engine {
 	e.cat, e.catStale, e.catNames = opts.Catalog, opts.CatalogStale, catalogNames(opts.Catalog)
 	e.needles = newMatcher(words)
 	e.catSet = newNameSet(catalogWords(opts))
+	if e.fresh = opts.Catalog != nil && opts.CatalogStale == ""; e.fresh {
+		names := opts.Catalog.ObjectNames()
+		e.objects = make(map[string]struct{}, len(names))
+		for _, n := range names {
+			e.objects[n] = struct{}{}
+		}
+	}
 	n := opts.CacheEntries
 	if n == 0 {
 		n = 4096
@@ -145,6 +158,7 @@ func (e *Engine) entry(sql []byte, srv Server, sess *Session, prepare bool) Deci
 		return Decision{Action: Forward}
 	}
 	ctx := ctxOf(srv, &s, prepare)
+	ctx.absent = e.absentGen()
 	if d, ok := e.cache.get(sql, &ctx); ok {
 		return *d
 	}

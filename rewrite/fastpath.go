@@ -28,11 +28,23 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 	// Built-in names (IN, VALUES, COUNT, NOW ...) spelled as the server
 	// takes them for built-ins stay on the fast path.
 	stale := e.staleCalls(mode.server)
+	fresh := e.fresh
+	var fs freshScan
 	var prev sqlread.Token
 	for {
 		t, ok := lx.Next()
 		if !ok {
 			break
+		}
+		if fresh {
+			if t.Kind == sqlread.Word || t.Kind == sqlread.QuotedIdent || t.Kind == sqlread.Op && t.End-t.Start == 1 &&
+				(sql[t.Start] == '(' || sql[t.Start] == ',' || sql[t.Start] == '.') {
+				if !fs.ok(e, sql, t) {
+					return false
+				}
+			} else {
+				fs.state, fs.prevName = fsNone, false
+			}
 		}
 		if cat && (t.Kind == sqlread.Word || t.Kind == sqlread.QuotedIdent) && e.catSet.identMatters(sql, t, high) {
 			return false
@@ -74,6 +86,7 @@ func (e *Engine) fastForward(sql []byte, mode lexMode, unsafeCharset bool) bool 
 		}
 		if t.Kind == sqlread.Op && t.End-t.Start == 1 && sql[t.Start] == ';' {
 			atStart = true
+			fs = freshScan{}
 		}
 	}
 	// The server might read the text differently: let the slow path judge.

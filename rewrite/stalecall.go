@@ -66,12 +66,19 @@ func (e *Engine) staleCalls(srv Server) bool {
 	return e.catStale != "" && srv.Flavor != TiDB
 }
 
+// checkedCalls reports whether calls of functions the catalog does not
+// know are looked at: while it cannot be read (refused), and while it is
+// current (the proxy reads it again first: fresh.go).
+func (e *Engine) checkedCalls(srv Server) bool {
+	return e.staleCalls(srv) || e.fresh && srv.Flavor != TiDB
+}
+
 // staleCallRefusal refuses the statement if it calls a function that is
 // neither built in nor known to the last good catalog, while the catalog
 // cannot be read.
 func (in *stmtIn) staleCallRefusal() (stmtRes, bool) {
 	e := in.pc.e
-	if !e.staleCalls(in.st.mode.server) {
+	if !e.checkedCalls(in.st.mode.server) {
 		return stmtRes{}, false
 	}
 	if in.whole && in.isCompound() {
@@ -104,6 +111,22 @@ func (in *stmtIn) staleCallRefusal() (stmtRes, bool) {
 	return in.staleScan(from, to)
 }
 
+// callName is the schema and name of a call's name parts (the session's
+// schema for an unqualified name; db.pkg.f as db and pkg.f).
+func (in *stmtIn) callName(parts []int) (schema, name string) {
+	switch len(parts) {
+	case 1:
+		return in.st.schema, in.identName(parts[0])
+	case 2:
+		return in.identName(parts[0]), in.identName(parts[1])
+	}
+	n := in.identName(parts[1])
+	for _, p := range parts[2:] {
+		n += "." + in.identName(p)
+	}
+	return in.identName(parts[0]), n
+}
+
 // staleScan is staleCallRefusal over the tokens [from, to).
 func (in *stmtIn) staleScan(from, to int) (stmtRes, bool) {
 	e := in.pc.e
@@ -124,10 +147,28 @@ func (in *stmtIn) staleScan(from, to int) (stmtRes, bool) {
 		if in.kw(i-1, "call") {
 			// Inside a compound statement (the statement's own CALL is
 			// catalogRefusal's).
+			if e.catStale == "" {
+				s, n := in.callName(parts)
+				if e.cat.KnownProcedure(foldName(s), foldName(n)) {
+					continue
+				}
+				if res, ok := in.unknownObject(s, n, "procedure"); ok {
+					return res, true
+				}
+				continue
+			}
 			return in.refuse("", "fenceproxy cannot read its schema catalog ("+e.catStale+"), so it cannot tell "+
 				"whether this procedure writes protected tables; retry when the catalog is readable again"), true
 		}
 		if name, known := in.knownCall(parts, j); !known {
+			if e.catStale == "" {
+				s, n := in.callName(parts)
+				if res, ok := in.unknownObject(s, n, "function"); ok {
+					return res, true
+				}
+				_ = name
+				continue
+			}
 			return in.refuse("", "fenceproxy cannot read its schema catalog ("+e.catStale+"), so it cannot tell "+
 				"whether the function "+name+" writes protected tables: it is not a built-in function, and the last "+
 				"catalog fenceproxy read did not have it (it may have been created since). Retry when the catalog is "+

@@ -36,12 +36,20 @@ type Watcher struct {
 	log      *slog.Logger
 	poke     chan struct{}
 
-	mu       sync.Mutex
-	state    State
-	digest   string
-	loadedAt time.Time
-	checks   uint64 // completed refreshes, successful or not
-	cond     *sync.Cond
+	// refreshing: one refresh at a time (Run's and RefreshSince's), so a
+	// caller can wait for one that began after its moment.
+	refreshing sync.Mutex
+	// OnCheck, when set before Run, is called after every refresh that
+	// completed (changed or not), from the refreshing goroutine.
+	OnCheck func()
+
+	mu        sync.Mutex
+	lastBegan time.Time // when the last completed refresh began
+	state     State
+	digest    string
+	loadedAt  time.Time
+	checks    uint64 // completed refreshes, successful or not
+	cond      *sync.Cond
 }
 
 // NewWatcher returns a Watcher over db (the catalog account's pool).
@@ -113,8 +121,39 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
+// RefreshSince makes sure a refresh that began after t has completed:
+// it returns at once if one has, else waits for the one running and runs
+// one more if need be. ctx bounds the wait.
+func (w *Watcher) RefreshSince(ctx context.Context, t time.Time) {
+	locked := make(chan struct{})
+	go func() {
+		w.refreshing.Lock()
+		close(locked)
+	}()
+	select {
+	case <-locked:
+	case <-ctx.Done():
+		go func() { <-locked; w.refreshing.Unlock() }()
+		return
+	}
+	defer w.refreshing.Unlock()
+	w.mu.Lock()
+	done := w.lastBegan.After(t)
+	w.mu.Unlock()
+	if !done {
+		w.refresh(ctx)
+	}
+}
+
 // Refresh checks the catalog once and reloads it if it changed.
 func (w *Watcher) Refresh(ctx context.Context) {
+	w.refreshing.Lock()
+	defer w.refreshing.Unlock()
+	w.refresh(ctx)
+}
+
+func (w *Watcher) refresh(ctx context.Context) {
+	began := time.Now()
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	d, err := Digest(qctx, w.db)
@@ -145,6 +184,9 @@ func (w *Watcher) Refresh(ctx context.Context) {
 		w.digest, w.loadedAt = d, now
 	}
 	next := w.state
+	if err == nil {
+		w.lastBegan = began
+	}
 	w.checks++
 	w.cond.Broadcast()
 	w.mu.Unlock()
@@ -157,5 +199,8 @@ func (w *Watcher) Refresh(ctx context.Context) {
 	changed := next.Snapshot != prev.Snapshot || (next.Err == nil) != (prev.Err == nil)
 	if changed && w.onChange != nil {
 		w.onChange(next)
+	}
+	if w.OnCheck != nil {
+		w.OnCheck()
 	}
 }
