@@ -201,12 +201,15 @@ func (c *clientConn) freshCatalogFor(d rewrite.Decision, arrived time.Time,
 			cancel()
 			c.p.metrics.catalogWaits.Observe(time.Since(start).Seconds())
 			read = true
-		} else {
-			// The read began after the statement arrived and had not
-			// this object either.
-			c.p.rt.Load().engine.MarkAbsent(d.Refusal.Unknown[0], d.Refusal.Unknown[1])
+			d = ask(c.p.rt.Load().engine)
+			continue
 		}
-		d = ask(c.p.rt.Load().engine)
+		// Every runtime installed from now on comes from a read that began
+		// after the statement arrived (reads go one at a time), and this
+		// one had not the object either: absent, for this engine.
+		e := c.p.rt.Load().engine
+		e.MarkAbsent(d.Refusal.Unknown[0], d.Refusal.Unknown[1])
+		d = ask(e)
 	}
 	return d
 }
