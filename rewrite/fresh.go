@@ -121,9 +121,9 @@ func (e *Engine) objectKnown(sql []byte, t sqlread.Token) bool {
 // in write-target and call positions. The zero value starts a statement.
 type freshScan struct {
 	state    uint8
-	write    bool  // the statement writes (INSERT, REPLACE, UPDATE, DELETE) or calls (CALL)
-	prev     sqlread.Token // the sqlread.Token before this one
-	prevName bool  // prev is an identifier
+	write    bool          // the statement writes (INSERT, REPLACE, UPDATE, DELETE) or calls (CALL)
+	prev     sqlread.Token // the token before this one
+	prevName bool          // prev is an identifier
 }
 
 const (
@@ -190,7 +190,7 @@ func freshWord(w []byte) int {
 	return fwOther
 }
 
-// ok reports whether sqlread.Token t (of sql) keeps the statement on the fast
+// ok reports whether token t (of sql) keeps the statement on the fast
 // path as far as catalog freshness goes.
 func (f *freshScan) ok(e *Engine, sql []byte, t sqlread.Token) bool {
 	switch t.Kind {
