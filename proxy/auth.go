@@ -185,7 +185,7 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 		c.sendInitialError(fmt.Sprintf("fenceproxy: the backend %s sent no handshake: %v", c.p.backendAddr, err))
 		return nil, fmt.Errorf("backend handshake: %w", err)
 	}
-	if len(p) > 0 && p[0] == mysql.ERR_HEADER {
+	if wire.IsErr(p) {
 		// e.g. the backend's own "Too many connections" or "Host blocked":
 		// the client should see it as it is.
 		c.p.metrics.backendDialFailed()
@@ -237,31 +237,28 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 			return false, err
 		}
 		bseq = s
-		if len(p) == 0 {
-			return false, c.backend.Err(wire.Malformed("empty authentication packet"))
+		a, err := wire.ParseAuth(p)
+		if err != nil {
+			return false, c.backend.Err(err)
 		}
-		switch p[0] {
-		case mysql.OK_HEADER:
-			if ok, valid := wire.ParseOK(p); valid {
-				c.noteStatus(ok.Status)
+		switch a.Kind {
+		case wire.AuthOK:
+			if a.OKValid {
+				c.noteStatus(a.OK.Status)
 			}
 			cseq++
 			if _, err := c.client.WritePacket(cseq, p); err != nil {
 				return false, err
 			}
 			return true, c.client.Flush()
-		case mysql.ERR_HEADER:
+		case wire.AuthErr:
 			cseq++
 			c.client.WritePacket(cseq, p) // the backend's own words: wrong password, unknown database...
-			c.authErr = wire.ParseErr(p)
+			c.authErr = a.Err
 			return false, c.client.Flush()
-		case mysql.EOF_HEADER: // AuthSwitchRequest: plugin name, then its challenge
-			name, data, _ := bytes.Cut(p[1:], []byte{0})
-			plugin = string(name)
-			c.scramble = bytes.TrimRight(data, "\x00")
-		case mysql.MORE_DATE_HEADER: // AuthMoreData
-		default:
-			return false, c.backend.Err(wire.Malformed("authentication packet 0x%02x", p[0]))
+		case wire.AuthSwitch:
+			plugin = a.Plugin
+			c.scramble = a.Challenge
 		}
 		cseq++
 		if _, err := c.client.WritePacket(cseq, p); err != nil {
@@ -271,7 +268,7 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 			return false, err
 		}
 		isSHA2 := plugin == mysql.AUTH_CACHING_SHA2_PASSWORD
-		if p[0] == mysql.MORE_DATE_HEADER && isSHA2 && len(p) == 2 && p[1] == mysql.CACHE_SHA2_FAST_AUTH {
+		if isSHA2 && a.SHA2FastAuth() {
 			continue // fast authentication succeeded: the backend's OK follows unasked
 		}
 		resp, s2, err := c.client.ReadPacket(nil, wire.MaxWholePacket)
@@ -279,7 +276,7 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 			return false, err
 		}
 		cseq = s2
-		if p[0] == mysql.MORE_DATE_HEADER && isSHA2 && len(p) == 2 && p[1] == mysql.CACHE_SHA2_FULL_AUTH && c.clientTLS != c.backendTLS {
+		if isSHA2 && a.SHA2FullAuth() && c.clientTLS != c.backendTLS {
 			if resp, cseq, bseq, err = c.bridgeFullAuth(resp, cseq, bseq); err != nil {
 				return false, err
 			}
@@ -324,10 +321,11 @@ func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte,
 			return nil, cseq, bseq, err
 		}
 		bseq = s
-		if len(p) < 2 || p[0] != mysql.MORE_DATE_HEADER {
+		a, err := wire.ParseAuth(p)
+		if err != nil || a.Kind != wire.AuthMoreData || len(a.More) == 0 {
 			return nil, cseq, bseq, c.backend.Err(wire.Malformed("expected the backend's public key"))
 		}
-		pub, err := parsePublicKey(p[1:])
+		pub, err := parsePublicKey(a.More)
 		if err != nil {
 			return nil, cseq, bseq, c.backend.Err(err)
 		}
@@ -350,7 +348,7 @@ func (c *clientConn) bridgeFullAuth(resp []byte, cseq, bseq byte) ([]byte, byte,
 		}
 		pemKey := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 		cseq++
-		if _, err := c.client.WritePacket(cseq, append([]byte{mysql.MORE_DATE_HEADER}, pemKey...)); err != nil {
+		if _, err := c.client.WritePacket(cseq, wire.MoreDataPayload(pemKey)); err != nil {
 			return nil, cseq, bseq, err
 		}
 		if err := c.client.Flush(); err != nil {

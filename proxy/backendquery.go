@@ -8,12 +8,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
-// value is one column value of a row the proxy reads for itself.
-type value struct {
-	s    string
-	null bool
-}
-
 // backendError is an ERR the backend returned to a query of the proxy's own.
 type backendError struct{ wire.ErrInfo }
 
@@ -29,7 +23,7 @@ func (e *backendError) ErrorNumber() uint16 { return e.Code }
 // own purposes (lease checks, lease functions) and returns the rows of its
 // result (text protocol). Nothing of it reaches the client; the session's
 // status flags are updated from the final packet.
-func (c *clientConn) backendQuery(sql string) ([][]value, error) {
+func (c *clientConn) backendQuery(sql string) ([][]wire.Value, error) {
 	if err := c.queueOwn(sql); err != nil {
 		return nil, err
 	}
@@ -52,12 +46,24 @@ func (c *clientConn) queueOwn(sql string) error {
 // readOwn reads the response to a statement of the proxy's own: the rows of
 // its first result set that has rows (nil for an OK), or a *backendError
 // for an ERR. ownAffected takes the affected rows of its OKs.
-func (c *clientConn) readOwn() ([][]value, error) {
-	o := ownReader{c: c}
-	if err := c.walkResponse(&o); err != nil {
+func (c *clientConn) readOwn() ([][]wire.Value, error) {
+	res, err := c.walker().Query()
+	if res.OK {
+		c.ownAffected = res.Affected
+	}
+	if err != nil {
 		return nil, err
 	}
-	return o.rows, o.firstErr
+	return res.Rows, backendErr(res.Err)
+}
+
+// backendErr is the ERR of a statement of the proxy's own as an error
+// (nil: none).
+func backendErr(e *wire.ErrInfo) error {
+	if e == nil {
+		return nil
+	}
+	return &backendError{*e}
 }
 
 // backendExec runs a statement of the proxy's own that returns no rows on
@@ -70,11 +76,11 @@ func (c *clientConn) backendExec(sql string) (uint64, error) {
 	if err := c.backend.Flush(); err != nil {
 		return 0, err
 	}
-	e := execReader{ownReader{c: c}}
-	if err := c.walkResponse(&e); err != nil {
+	res, err := c.walker().Exec()
+	if err != nil {
 		return 0, err
 	}
-	return e.affected, e.firstErr
+	return res.Affected, backendErr(res.Err)
 }
 
 // learnStatus makes c.status the server's again after an ERR, which
@@ -114,9 +120,9 @@ func (c *clientConn) askStatus() error {
 	if err := c.backend.Flush(); err != nil {
 		return err
 	}
-	e := execReader{ownReader{c: c}}
-	if err := c.walkResponse(&e); err != nil {
+	res, err := c.walker().Exec()
+	if err != nil {
 		return err
 	}
-	return e.firstErr
+	return backendErr(res.Err)
 }

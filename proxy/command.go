@@ -348,22 +348,15 @@ func (c *clientConn) comSetOption() error {
 		return err
 	}
 	c.x.align(1, c.x.cmdSeq+1)
-	payload, _, small, err := c.peekBackend()
-	if err != nil {
-		return err
-	}
-	if small && len(payload) > 0 && (payload[0] == mysql.EOF_HEADER || payload[0] == mysql.OK_HEADER) {
+	done, err := c.walker().SetOption((*packetRelay)(c))
+	if done {
 		switch opt {
 		case mysql.MYSQL_OPTION_MULTI_STATEMENTS_ON:
 			c.multiStatements = true
 		case mysql.MYSQL_OPTION_MULTI_STATEMENTS_OFF:
 			c.multiStatements = false
 		}
-		if st, valid := wire.EOFStatus(payload, c.deprecateEOF); valid {
-			c.noteStatus(st)
-		}
 	}
-	_, err = c.relayPacket()
 	return err
 }
 
@@ -377,12 +370,8 @@ func (c *clientConn) comBinlogDump() error {
 	if err := c.forwardCommand(); err != nil {
 		return err
 	}
-	payload, _, small, err := c.peekBackend()
-	if err != nil {
-		return err
-	}
-	if small && len(payload) > 0 && payload[0] == mysql.ERR_HEADER {
-		_, err := c.relayPacket()
+	started, err := c.walker().DumpStart((*packetRelay)(c))
+	if err != nil || !started {
 		return err
 	}
 	return c.pipe()
@@ -471,9 +460,7 @@ func (c *clientConn) proxyStmtCommand(cmd byte, ps *preparedStmt) error {
 		return nil // lease function arguments are short; long data is not used
 	}
 	c.x.started = true
-	st := c.ownStatus()
-	ok := append([]byte{mysql.OK_HEADER, 0, 0}, byte(st), byte(st>>8), 0, 0)
-	if _, err := c.client.WritePacket(c.x.cmdSeq+1, ok); err != nil {
+	if _, err := c.client.WritePacket(c.x.cmdSeq+1, wire.OKPayload(0, c.ownStatus())); err != nil {
 		return err
 	}
 	return c.client.Flush()

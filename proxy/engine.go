@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -131,7 +132,7 @@ func (c *clientConn) finishEngineProbe() error {
 		return c.probeFailed(err)
 	}
 	for _, r := range rows {
-		if len(r) == 2 && strings.EqualFold(r[0].s, "wsrep_on") && isOn(r[1]) {
+		if len(r) == 2 && strings.EqualFold(r[0].S, "wsrep_on") && isOn(r[1]) {
 			c.srv.Galera = true
 		}
 	}
@@ -143,8 +144,8 @@ const erUnknownSystemVariable = 1193
 
 // isOn reads a boolean variable's value: 1 from SELECT @@var, ON from SHOW
 // VARIABLES.
-func isOn(v value) bool {
-	return !v.null && (v.s == "1" || strings.EqualFold(v.s, "ON"))
+func isOn(v wire.Value) bool {
+	return !v.Null && (v.S == "1" || strings.EqualFold(v.S, "ON"))
 }
 
 func (c *clientConn) probeFailed(err error) error {

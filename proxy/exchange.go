@@ -105,11 +105,9 @@ func (c *clientConn) sendError(code uint16, state, msg string) error {
 // warnings, with the session's status flags, as the end of the response:
 // the answer to a write the proxy did not send.
 func (c *clientConn) sendNoRows() error {
-	ok := binary.LittleEndian.AppendUint16([]byte{mysql.OK_HEADER, 0, 0}, c.x.endStatus(c.ownStatus()))
-	ok = append(ok, 0, 0)
 	seq := c.nextSeq()
 	c.x.started = true
-	_, err := c.client.WritePacket(seq, ok)
+	_, err := c.client.WritePacket(seq, wire.OKPayload(0, c.x.endStatus(c.ownStatus())))
 	return err
 }
 

@@ -425,7 +425,7 @@ func (fg *fencing) lostAfterWrite(be *backendError) error {
 
 // readAfterWrite reads what follows a guarded write's response: TiDB's
 // SHOW WARNINGS (keep) and the recheck's rows, or the recheck's error.
-func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]value, rerr *backendError, err error) {
+func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Value, rerr *backendError, err error) {
 	c := fg.c
 	if keep {
 		if kept, err = c.readWarnings(); err != nil {
@@ -466,7 +466,7 @@ func (fg *fencing) keepWarnings(kept warnPackets, n uint16) {
 		if fg.c.x.held.p != nil {
 			return // no warnings to keep
 		}
-		count = uint64(kept.rows())
+		count = uint64(kept.Rows)
 	}
 	fg.c.warn = &keptWarnings{pkts: kept, count: count}
 }
@@ -607,12 +607,12 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 	return first, nil, nil
 }
 
-func toFields(rows [][]value) [][]lease.Field {
+func toFields(rows [][]wire.Value) [][]lease.Field {
 	out := make([][]lease.Field, len(rows))
 	for i, r := range rows {
 		out[i] = make([]lease.Field, len(r))
 		for j, x := range r {
-			out[i][j] = lease.Field{S: x.s, Null: x.null}
+			out[i][j] = lease.Field{S: x.S, Null: x.Null}
 		}
 	}
 	return out

@@ -32,12 +32,12 @@ const leaseCallTimeout = 10 * time.Second
 // answerLeaseCall answers a lease function sent as COM_QUERY.
 func (c *clientConn) answerLeaseCall(rt *runtime, call *rewrite.LeaseCall) error {
 	c.p.metrics.stmtAnswered.Inc()
-	args := make([]value, len(call.Args))
+	args := make([]wire.Value, len(call.Args))
 	for i, a := range call.Args {
 		if a.Placeholder {
 			return c.sendError(erWrongArguments, "HY000", "fenceproxy: placeholders in "+call.Func.String()+" need a prepared statement")
 		}
-		args[i] = value{s: a.String, null: a.Null}
+		args[i] = wire.Value{S: a.String, Null: a.Null}
 	}
 	return c.runLeaseCall(rt, call, args, false)
 }
@@ -61,19 +61,15 @@ func (c *clientConn) prepareLeaseCall(rt *runtime, call *rewrite.LeaseCall) erro
 	id := c.nextStmtID
 	c.nextStmtID--
 	cols := leaseColumns(call)
-	ok := []byte{mysql.OK_HEADER}
-	ok = binary.LittleEndian.AppendUint32(ok, id)
-	ok = binary.LittleEndian.AppendUint16(ok, uint16(len(cols)))
-	ok = binary.LittleEndian.AppendUint16(ok, uint16(params))
-	ok = append(ok, 0, 0, 0) // filler, warnings
+	ok := wire.Prepared{StmtID: id, Columns: uint16(len(cols)), Params: uint16(params)}
 	c.x.started = true
-	seq, err := c.client.WritePacket(c.x.cmdSeq+1, ok)
+	seq, err := c.client.WritePacket(c.x.cmdSeq+1, ok.Payload())
 	if err != nil {
 		return err
 	}
-	pcols := make([]column, params)
+	pcols := make([]wire.Column, params)
 	for i := range pcols {
-		pcols[i] = column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING, charset: charsetBinary}
+		pcols[i] = wire.Column{Name: "?", Type: mysql.MYSQL_TYPE_VAR_STRING, Charset: wire.CharsetBinary}
 	}
 	if seq, err = c.writeColumns(seq, pcols); err != nil {
 		return err
@@ -104,43 +100,43 @@ func (c *clientConn) executeLeaseCall(rt *runtime, ps *preparedStmt) error {
 		return c.sendError(erWrongArguments, "HY000", "fenceproxy: "+ps.call.Func.String()+": "+err.Error())
 	}
 	ps.types = types
-	args := make([]value, len(ps.call.Args))
+	args := make([]wire.Value, len(ps.call.Args))
 	next := 0
 	for i, a := range ps.call.Args {
 		if a.Placeholder {
 			args[i] = vals[next]
 			next++
 		} else {
-			args[i] = value{s: a.String, null: a.Null}
+			args[i] = wire.Value{S: a.String, Null: a.Null}
 		}
 	}
 	return c.runLeaseCall(rt, ps.call, args, true)
 }
 
 // leaseColumns are the result columns of a lease function.
-func leaseColumns(call *rewrite.LeaseCall) []column {
-	num := func(name string, typ byte, length uint32) column {
-		return column{name: name, typ: typ, charset: charsetBinary, length: length,
-			flags: mysql.BINARY_FLAG | mysql.NUM_FLAG}
+func leaseColumns(call *rewrite.LeaseCall) []wire.Column {
+	num := func(name string, typ byte, length uint32) wire.Column {
+		return wire.Column{Name: name, Type: typ, Charset: wire.CharsetBinary, Length: length,
+			Flags: mysql.BINARY_FLAG | mysql.NUM_FLAG}
 	}
 	switch call.Func {
 	case rewrite.FenceAcquire:
 		c := num(call.Column, mysql.MYSQL_TYPE_LONGLONG, 20)
-		c.flags |= mysql.UNSIGNED_FLAG
-		return []column{c}
+		c.Flags |= mysql.UNSIGNED_FLAG
+		return []wire.Column{c}
 	case rewrite.FenceStatus:
-		str := func(name string, n uint32) column {
-			return column{name: name, typ: mysql.MYSQL_TYPE_VAR_STRING, charset: charsetUTF8MB4, length: n * 4}
+		str := func(name string, n uint32) wire.Column {
+			return wire.Column{Name: name, Type: mysql.MYSQL_TYPE_VAR_STRING, Charset: wire.CharsetUTF8MB4, Length: n * 4}
 		}
 		tok := num("token", mysql.MYSQL_TYPE_LONGLONG, 20)
-		tok.flags |= mysql.UNSIGNED_FLAG
-		return []column{str("lease", 191), str("owner", 16), tok, str("leased_until", 23), num("held", mysql.MYSQL_TYPE_TINY, 1)}
+		tok.Flags |= mysql.UNSIGNED_FLAG
+		return []wire.Column{str("lease", 191), str("owner", 16), tok, str("leased_until", 23), num("held", mysql.MYSQL_TYPE_TINY, 1)}
 	}
-	return []column{num(call.Column, mysql.MYSQL_TYPE_TINY, 1)}
+	return []wire.Column{num(call.Column, mysql.MYSQL_TYPE_TINY, 1)}
 }
 
 // runLeaseCall performs a lease function and answers with its result set.
-func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []value, binaryRows bool) error {
+func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []wire.Value, binaryRows bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
 	defer cancel()
 	name := call.Func.String()
@@ -191,25 +187,25 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 	}
 	defer commit()
 
-	var row []value
+	var row []wire.Value
 	result := "ok"
 	switch call.Func {
 	case rewrite.FenceAcquire:
-		if len(args) != 2 || args[0].null || args[1].null {
+		if len(args) != 2 || args[0].Null || args[1].Null {
 			return callErr("usage: SELECT fence_acquire('lease name', ttl_seconds)")
 		}
-		ttl, err := lease.ParseTTLSeconds(args[1].s)
+		ttl, err := lease.ParseTTLSeconds(args[1].S)
 		if err != nil {
 			return callErr("%v", err)
 		}
 		sent := time.Now()
-		l, err := lease.AcquireOn(ctx, conn, table, args[0].s, ttl)
+		l, err := lease.AcquireOn(ctx, conn, table, args[0].S, ttl)
 		switch {
 		case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrLost):
 			// Held by another owner; or acquired and already expired again
 			// before it could be read back (a TTL shorter than a round
 			// trip): either way this session does not hold it.
-			row = []value{{null: true}}
+			row = []wire.Value{{Null: true}}
 			result = "held"
 		case err != nil:
 			return c.leaseError(name, err)
@@ -219,7 +215,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 			}
 			c.acquired = lease.Lease{Name: l.Name, Token: l.Token}
 			c.acquiredUntil, c.acquiredTTL = sent.Add(ttl), ttl
-			row = []value{{s: strconv.FormatUint(l.Token, 10)}}
+			row = []wire.Value{{S: strconv.FormatUint(l.Token, 10)}}
 		}
 	case rewrite.FenceRenew, rewrite.FenceRelease:
 		l, ok, err := c.sessionLease(rt)
@@ -229,10 +225,10 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		done := false
 		if ok {
 			if call.Func == rewrite.FenceRenew {
-				if len(args) != 1 || args[0].null {
+				if len(args) != 1 || args[0].Null {
 					return callErr("usage: SELECT fence_renew(ttl_seconds)")
 				}
-				ttl, perr := lease.ParseTTLSeconds(args[0].s)
+				ttl, perr := lease.ParseTTLSeconds(args[0].S)
 				if perr != nil {
 					return callErr("%v", perr)
 				}
@@ -255,31 +251,31 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []v
 		if !done {
 			result = "lost"
 		}
-		row = []value{{s: boolDigit(done)}}
+		row = []wire.Value{{S: boolDigit(done)}}
 	case rewrite.FenceStatus:
 		l, ok, err := c.sessionLease(rt)
 		if err != nil {
 			return c.leaseError(name, err)
 		}
-		row = []value{{null: true}, {null: true}, {null: true}, {null: true}, {s: "0"}}
+		row = []wire.Value{{Null: true}, {Null: true}, {Null: true}, {Null: true}, {S: "0"}}
 		if ok {
-			row[0] = value{s: l.Name}
+			row[0] = wire.Value{S: l.Name}
 			st, err := lease.GetOn(ctx, conn, table, l.Name)
 			if err != nil && !errors.Is(err, lease.ErrNotFound) {
 				return c.leaseError(name, err)
 			}
 			if err == nil {
-				row[1] = value{s: st.OwnerID()}
-				row[2] = value{s: strconv.FormatUint(st.Token, 10)}
-				row[3] = value{s: st.Until.UTC().Format("2006-01-02 15:04:05.000")}
-				row[4] = value{s: boolDigit(st.Held && st.Owner == l.Owner && st.Token == l.Token)}
+				row[1] = wire.Value{S: st.OwnerID()}
+				row[2] = wire.Value{S: strconv.FormatUint(st.Token, 10)}
+				row[3] = wire.Value{S: st.Until.UTC().Format("2006-01-02 15:04:05.000")}
+				row[4] = wire.Value{S: boolDigit(st.Held && st.Owner == l.Owner && st.Token == l.Token)}
 			}
 		}
 	}
 	commit()
 	c.p.metrics.leaseCalls(name, result).Inc()
 	c.publishLease() // before the client hears of it: /connections and the lease gauges agree with it
-	return c.writeResultSet(leaseColumns(call), [][]value{row}, binaryRows)
+	return c.writeResultSet(leaseColumns(call), [][]wire.Value{row}, binaryRows)
 }
 
 func boolDigit(b bool) string {
@@ -362,7 +358,7 @@ func (s sessionConn) Query(ctx context.Context, q string) ([][]string, error) {
 	for i, r := range rows {
 		out[i] = make([]string, len(r))
 		for j, v := range r {
-			out[i][j] = v.s
+			out[i][j] = v.S
 		}
 	}
 	return out, nil
@@ -381,7 +377,7 @@ func (c *clientConn) deadlineFrom(ctx context.Context) func() {
 // parseExecuteParams decodes the parameters of a COM_STMT_EXECUTE payload.
 // prev are the types bound by an earlier execution (the client may omit
 // them).
-func parseExecuteParams(p []byte, n int, prev []uint16) ([]value, []uint16, error) {
+func parseExecuteParams(p []byte, n int, prev []uint16) ([]wire.Value, []uint16, error) {
 	// cmd(1) id(4) flags(1) iterations(4)
 	if len(p) < 10 {
 		return nil, nil, errors.New("short COM_STMT_EXECUTE")
@@ -411,10 +407,10 @@ func parseExecuteParams(p []byte, n int, prev []uint16) ([]value, []uint16, erro
 	if len(types) != n {
 		return nil, nil, errors.New("parameter types were never sent")
 	}
-	vals := make([]value, n)
+	vals := make([]wire.Value, n)
 	for i := 0; i < n; i++ {
 		if nulls[i/8]&(1<<(i%8)) != 0 {
-			vals[i] = value{null: true}
+			vals[i] = wire.Value{Null: true}
 			continue
 		}
 		t, unsigned := byte(types[i]), types[i]&0x8000 != 0
@@ -429,7 +425,7 @@ func parseExecuteParams(p []byte, n int, prev []uint16) ([]value, []uint16, erro
 		case mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE:
 			size = 8
 		case mysql.MYSQL_TYPE_NULL:
-			vals[i] = value{null: true}
+			vals[i] = wire.Value{Null: true}
 			continue
 		case mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING,
 			mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB, mysql.MYSQL_TYPE_TINY_BLOB, mysql.MYSQL_TYPE_MEDIUM_BLOB,
@@ -438,7 +434,7 @@ func parseExecuteParams(p []byte, n int, prev []uint16) ([]value, []uint16, erro
 			if k == 0 || uint64(len(p)-k) < l {
 				return nil, nil, errors.New("truncated string parameter")
 			}
-			vals[i] = value{s: string(p[k : k+int(l)])}
+			vals[i] = wire.Value{S: string(p[k : k+int(l)])}
 			p = p[k+int(l):]
 			continue
 		default:
@@ -447,7 +443,7 @@ func parseExecuteParams(p []byte, n int, prev []uint16) ([]value, []uint16, erro
 		if len(p) < size {
 			return nil, nil, errors.New("truncated numeric parameter")
 		}
-		vals[i] = value{s: numberText(t, unsigned, p[:size])}
+		vals[i] = wire.Value{S: numberText(t, unsigned, p[:size])}
 		p = p[size:]
 	}
 	return vals, types, nil

@@ -46,7 +46,7 @@ func (c *clientConn) refuseMultiStatement(payload []byte, inPlace bool, n int) (
 				return true, err
 			}
 		}
-		if err == nil && len(rows) == 1 && len(rows[0]) == 1 && !strings.EqualFold(rows[0][0].s, "OFF") {
+		if err == nil && len(rows) == 1 && len(rows[0]) == 1 && !strings.EqualFold(rows[0][0].S, "OFF") {
 			return false, nil
 		}
 		c.consumeCommand(payload, inPlace)
@@ -59,20 +59,11 @@ func (c *clientConn) refuseMultiStatement(payload []byte, inPlace bool, n int) (
 	if err := c.backend.Flush(); err != nil {
 		return true, err
 	}
-	p, _, small, err := c.peekBackend()
-	if err != nil {
-		return true, err
+	p, ok, err := c.walker().Prepare((*prepareProbe)(c))
+	if err != nil || !ok {
+		return true, err // an ERR: relayed as the answer
 	}
-	if small && len(p) > 0 && p[0] == mysql.ERR_HEADER {
-		c.x.align(1, c.x.cmdSeq+1)
-		c.x.lastErr = true
-		_, err := c.relayPacket()
-		return true, err
-	}
-	id, err := c.skipPrepareResponse()
-	if err != nil {
-		return true, err
-	}
+	id := p.StmtID
 	if _, err := c.backend.WritePacket(0, stmtCmdPacket(mysql.COM_STMT_CLOSE, id)); err != nil {
 		return true, err
 	}
@@ -83,33 +74,28 @@ func (c *clientConn) refuseMultiStatement(payload []byte, inPlace bool, n int) (
 		"fenceproxy reads %d statements in this packet where the server reads one, and the session has no multi-statements: send one statement per packet", n))
 }
 
-// skipPrepareResponse reads a COM_STMT_PREPARE OK response of the proxy's
-// own and returns its statement id.
-func (c *clientConn) skipPrepareResponse() (uint32, error) {
-	p, _, err := c.backend.ReadPacket(nil, wire.MaxShortPacket)
-	if err != nil {
-		return 0, err
-	}
-	if len(p) < 12 || p[0] != mysql.OK_HEADER {
-		return 0, c.backend.Err(wire.Malformed("prepare response"))
-	}
-	id := uint32(p[1]) | uint32(p[2])<<8 | uint32(p[3])<<16 | uint32(p[4])<<24
-	cols := int(p[5]) | int(p[6])<<8
-	params := int(p[7]) | int(p[8])<<8
-	for _, k := range [2]int{params, cols} {
-		if k == 0 {
-			continue
-		}
-		if !c.deprecateEOF {
-			k++
-		}
-		for range k {
-			if _, err := c.backend.SkipPacket(); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return id, nil
+// prepareProbe is the clientConn as the walker's handler of the response
+// to the proxy's own COM_STMT_PREPARE of the client's text: an ERR is the
+// server's answer to the client's packet, relayed; a prepared statement's
+// response is read and dropped.
+type prepareProbe clientConn
+
+func (p *prepareProbe) Err([]byte, int, bool) error {
+	c := (*clientConn)(p)
+	c.x.align(1, c.x.cmdSeq+1)
+	c.x.lastErr = true
+	_, err := c.relayPacket()
+	return err
+}
+
+func (p *prepareProbe) Prepared(_ wire.Prepared, n int) error {
+	p.backend.DiscardPacket(n)
+	return nil
+}
+
+func (p *prepareProbe) Def() error {
+	_, err := p.backend.SkipPacket()
+	return err
 }
 
 // stmtCmdPacket is a COM_STMT_* packet naming statement id.

@@ -129,7 +129,7 @@ func TestParseExecuteParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []value{{s: "job"}, {s: "18446744073709551615"}, {null: true}, {s: "-1"}}
+	want := []wire.Value{{S: "job"}, {S: "18446744073709551615"}, {Null: true}, {S: "-1"}}
 	for i := range want {
 		if vals[i] != want[i] {
 			t.Errorf("param %d: %+v, want %+v", i, vals[i], want[i])
@@ -141,7 +141,7 @@ func TestParseExecuteParams(t *testing.T) {
 	again = binary.LittleEndian.AppendUint64(again, 7)
 	again = binary.LittleEndian.AppendUint32(again, 9)
 	again = append(again, 1)
-	if vals, _, err := parseExecuteParams(again, 4, types); err != nil || vals[0].s != "x" || vals[2].s != "9" {
+	if vals, _, err := parseExecuteParams(again, 4, types); err != nil || vals[0].S != "x" || vals[2].S != "9" {
 		t.Fatalf("without types: %+v %v", vals, err)
 	}
 	if _, _, err := parseExecuteParams(p[:20], 4, nil); err == nil {

@@ -485,7 +485,7 @@ func (p *Proxy) CheckBackend(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("no greeting from %s: %w", p.backendAddr, err)
 	}
-	if len(pkt) > 0 && pkt[0] == 0xff {
+	if wire.IsErr(pkt) {
 		return fmt.Errorf("backend %s refuses connections: %s", p.backendAddr, wire.ParseErr(pkt).Msg)
 	}
 	return nil

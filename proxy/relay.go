@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"github.com/go-mysql-org/go-mysql/mysql"
-
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
@@ -43,24 +41,9 @@ func (c *clientConn) relayPacket() (int, error) {
 	return n, err
 }
 
-// peekBackend returns the next backend packet's payload in place when it is
-// small (ok), else just its length; a large packet is streamed by
-// relayPacket.
-func (c *clientConn) peekBackend() (payload []byte, length int, ok bool, err error) {
-	pkt, ok, err := c.backend.PeekPacket()
-	if err != nil {
-		return nil, 0, false, err
-	}
-	if !ok {
-		n, _, err := c.backend.PeekHeader()
-		return nil, n, false, err
-	}
-	return pkt[wire.HeaderLen:], len(pkt) - wire.HeaderLen, true, nil
-}
-
 // takeBackendPacket consumes the backend packet just peeked (payload of n
 // bytes) after the caller has copied or replaced it.
-func (c *clientConn) takeBackendPacket(n int) { c.backend.Discard(wire.HeaderLen + n) }
+func (c *clientConn) takeBackendPacket(n int) { c.backend.DiscardPacket(n) }
 
 // result is one statement result seen in a response: an OK, an ERR, or a
 // result set (ok then holds the terminator's status).
@@ -126,60 +109,26 @@ func (c *clientConn) relayLocalInfile() error {
 // relayPrepareResponse streams the response to COM_STMT_PREPARE and returns
 // the statement id and parameter count (ok=false on ERR).
 func (c *clientConn) relayPrepareResponse() (stmtID uint32, params uint16, ok bool, err error) {
-	payload, _, small, err := c.peekBackend()
-	if err != nil {
-		return 0, 0, false, err
-	}
-	if !small || len(payload) < 1 {
-		return 0, 0, false, c.backend.Err(wire.Malformed("prepare response"))
-	}
-	if payload[0] == mysql.ERR_HEADER {
-		_, err := c.relayPacket()
-		return 0, 0, false, err
-	}
-	if payload[0] != mysql.OK_HEADER || len(payload) < 12 {
-		return 0, 0, false, c.backend.Err(wire.Malformed("prepare OK"))
-	}
-	stmtID = uint32(payload[1]) | uint32(payload[2])<<8 | uint32(payload[3])<<16 | uint32(payload[4])<<24
-	cols := uint16(payload[5]) | uint16(payload[6])<<8
-	params = uint16(payload[7]) | uint16(payload[8])<<8
-	if _, err := c.relayPacket(); err != nil {
-		return 0, 0, false, err
-	}
-	for _, k := range [2]uint16{params, cols} {
-		if k == 0 {
-			continue
-		}
-		for i := 0; i < int(k); i++ {
-			if err := c.backend.CheckColumnDef(); err != nil {
-				return 0, 0, false, err
-			}
-			if _, err := c.relayPacket(); err != nil {
-				return 0, 0, false, err
-			}
-		}
-		if !c.deprecateEOF {
-			if _, err := c.relayPacket(); err != nil {
-				return 0, 0, false, err
-			}
-		}
-	}
-	return stmtID, params, true, nil
+	p, ok, err := c.walker().Prepare((*packetRelay)(c))
+	return p.StmtID, p.Params, ok, err
 }
 
 // relayOne streams exactly one packet: COM_STATISTICS's string, or the lone
 // OK or ERR that answers most commands.
 func (c *clientConn) relayOne() (isOK bool, err error) {
-	payload, _, small, err := c.peekBackend()
-	if err != nil {
-		return false, err
-	}
-	if small && len(payload) > 0 && payload[0] == mysql.OK_HEADER {
-		if ok, valid := wire.ParseOK(payload); valid {
-			c.noteStatus(ok.Status)
-			isOK = true
-		}
-	}
-	_, err = c.relayPacket()
-	return isOK, err
+	return c.walker().One((*packetRelay)(c))
 }
+
+// packetRelay is the clientConn as the walker's handler of responses the
+// relay passes on packet by packet, unchanged but for the sequence offset:
+// a conversion, so that handing it to the walker allocates nothing.
+type packetRelay clientConn
+
+func (r *packetRelay) Packet() error {
+	_, err := (*clientConn)(r).relayPacket()
+	return err
+}
+
+func (r *packetRelay) Prepared(wire.Prepared, int) error { return r.Packet() }
+func (r *packetRelay) Err([]byte, int, bool) error       { return r.Packet() }
+func (r *packetRelay) Def() error                        { return r.Packet() }

@@ -111,13 +111,12 @@ func TestExecReader(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := scriptedBackend(t, true, tc.pkts...)
-			e := execReader{ownReader{c: c}}
-			err := c.walkResponse(&e)
+			affected, err := c.backendExec("DO 1")
 			if got := errors.Is(err, wire.ErrMalformed); got != tc.malformed {
 				t.Fatalf("err = %v, want malformed: %v", err, tc.malformed)
 			}
-			if !tc.malformed && e.affected != 2 {
-				t.Fatalf("affected %d, want 2", e.affected)
+			if !tc.malformed && affected != 2 {
+				t.Fatalf("affected %d, want 2", affected)
 			}
 		})
 	}
@@ -205,15 +204,15 @@ func TestExchangeStatus(t *testing.T) {
 	}
 }
 
-func rowStrings(rows [][]value) [][]string {
+func rowStrings(rows [][]wire.Value) [][]string {
 	if rows == nil {
 		return nil
 	}
 	out := make([][]string, len(rows))
 	for i, r := range rows {
 		for _, v := range r {
-			s := v.s
-			if v.null {
+			s := v.S
+			if v.Null {
 				s = "NULL"
 			}
 			out[i] = append(out[i], s)

@@ -406,7 +406,7 @@ func (c *clientConn) learnSQLMode() bool {
 	if err != nil || len(rows) != 1 || len(rows[0]) != 1 {
 		return false
 	}
-	modes := "," + strings.ToUpper(rows[0][0].s) + ","
+	modes := "," + strings.ToUpper(rows[0][0].S) + ","
 	c.sess.ANSIQuotes = rewrite.Off
 	if strings.Contains(modes, ",ANSI_QUOTES,") {
 		c.sess.ANSIQuotes = rewrite.On
@@ -429,12 +429,12 @@ func (c *clientConn) learnSQLMode() bool {
 func (c *clientConn) learnCharset() bool {
 	c.charsetUnknown = false
 	rows, err := c.backendQuery("SELECT @@SESSION.character_set_client")
-	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0].null {
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0].Null {
 		return false
 	}
-	unsafe := rewrite.UnsafeCharsetName(rows[0][0].s)
-	utf8 := rewrite.UTF8CharsetName(rows[0][0].s)
-	remap := rewrite.RemapsASCIIName(rows[0][0].s)
+	unsafe := rewrite.UnsafeCharsetName(rows[0][0].S)
+	utf8 := rewrite.UTF8CharsetName(rows[0][0].S)
+	remap := rewrite.RemapsASCIIName(rows[0][0].S)
 	changed := unsafe != c.sess.UnsafeCharset || utf8 != c.sess.NamesUTF8 || remap != c.sess.ASCIIRemap
 	c.sess.UnsafeCharset = unsafe
 	c.sess.NamesUTF8 = utf8

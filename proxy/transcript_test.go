@@ -397,7 +397,7 @@ type pkt struct {
 	label   string // "" = decode it
 }
 
-// writePkt frames payload (splitting at maxPayload) onto w.
+// writePkt frames payload (splitting at wire.MaxPayload) onto w.
 func writePkt(w io.Writer, seq byte, payload []byte) error {
 	for {
 		n := min(len(payload), wire.MaxPayload)

@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/binary"
+	"errors"
 	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -32,105 +32,17 @@ type keptWarnings struct {
 	count uint64
 }
 
-// warnPackets are the packets of a SHOW WARNINGS response.
-type warnPackets [][]byte
-
-// rows counts the rows: column definitions start with "def", SHOW
-// WARNINGS' rows with a level, terminators with 0xFE.
-func (w warnPackets) rows() int {
-	n := 0
-	if len(w) == 0 {
-		return 0
-	}
-	for _, p := range w[1:] {
-		if len(p) > 0 && p[0] != mysql.EOF_HEADER && !bytes.HasPrefix(p, []byte("\x03def")) {
-			n++
-		}
-	}
-	return n
-}
+// warnPackets is a SHOW WARNINGS response as read, to answer it again.
+type warnPackets = *wire.Recorded
 
 // readWarnings reads the response to the proxy's SHOW WARNINGS: its
 // packets, or nil when it failed.
 func (c *clientConn) readWarnings() (warnPackets, error) {
-	r := warnReader{c: c}
-	if err := c.walkResponse(&r); err != nil {
-		return nil, err
-	}
-	if r.failed {
-		return nil, nil
-	}
-	return r.pkts, nil
+	return c.walker().Record()
 }
-
-// warnReader keeps every packet of a response.
-type warnReader struct {
-	c      *clientConn
-	pkts   warnPackets
-	failed bool
-}
-
-func (w *warnReader) peeked(n int) error {
-	pkt, err := w.c.backend.Packet(n)
-	if err != nil {
-		return err
-	}
-	w.pkts = append(w.pkts, bytes.Clone(pkt[wire.HeaderLen:]))
-	w.c.takeBackendPacket(n)
-	return nil
-}
-
-func (w *warnReader) read() error {
-	p, _, err := w.c.backend.ReadPacket(nil, wire.MaxWholePacket)
-	if err != nil {
-		return err
-	}
-	w.pkts = append(w.pkts, p)
-	return nil
-}
-
-func (w *warnReader) ok(_ []byte, n int, _ wire.OKPacket, _ bool) error {
-	w.failed = true // SHOW WARNINGS answers with rows
-	w.c.takeBackendPacket(n)
-	return nil
-}
-
-func (w *warnReader) err(_ []byte, n int, _ bool) error {
-	w.failed = true
-	w.c.takeBackendPacket(n)
-	return nil
-}
-
-func (w *warnReader) localInfile() error {
-	return w.c.backend.Err(wire.Malformed("LOCAL INFILE request in the response to SHOW WARNINGS"))
-}
-
-func (w *warnReader) eof() error {
-	w.failed = true
-	return w.read()
-}
-
-func (w *warnReader) setStart(uint64) error                { return w.read() }
-func (w *warnReader) meta() error                          { return w.read() }
-func (w *warnReader) metaEnd(n int, _ uint16) error        { return w.peeked(n) }
-func (w *warnReader) row() error                           { return w.read() }
-func (w *warnReader) setEnd(n int, _ uint16, _ bool) error { return w.peeked(n) }
-func (w *warnReader) setDone(uint16)                       {}
 
 // heldWarnings is the warning count of a held final packet.
-func heldWarnings(h heldPacket) uint16 {
-	if h.eof {
-		if len(h.p) < 3 {
-			return 0
-		}
-		return binary.LittleEndian.Uint16(h.p[1:])
-	}
-	ok, valid := wire.ParseOK(h.p)
-	if !valid {
-		return 0
-	}
-	return ok.Warnings
-}
+func heldWarnings(h heldPacket) uint16 { return wire.Warnings(h.p, h.eof) }
 
 // isShow reports whether sql is exactly SHOW followed by words (any case
 // and spacing, an optional semicolon); other forms (LIMIT, comments) go to
@@ -155,35 +67,21 @@ func isShow(sql []byte, words ...string) bool {
 func (c *clientConn) answerWarnings() error {
 	c.warn = c.prevWarn
 	c.x.started = true
-	seq := c.x.cmdSeq + 1
-	pkts := c.warn.pkts
-	for i, p := range pkts {
-		out := p
-		if i > 0 && len(p) > 0 && p[0] == mysql.EOF_HEADER && len(p) < 0xffffff {
-			// Column definitions start with "def", SHOW WARNINGS' rows
-			// with a level: only terminators start with 0xFE.
-			out = bytes.Clone(p)
-			off, ok := wire.StatusOffset(out, !c.deprecateEOF || i < len(pkts)-1)
-			if !ok {
-				return c.backend.Err(wire.Malformed("SHOW WARNINGS terminator"))
-			}
-			st := binary.LittleEndian.Uint16(out[off:]) &^ (mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
-			binary.LittleEndian.PutUint16(out[off:], c.x.endStatus(st))
-		}
-		var err error
-		if seq, err = c.client.WritePacket(seq, out); err != nil {
-			return err
-		}
+	err := c.warn.pkts.Replay(c.client, c.x.cmdSeq+1, func(st uint16) uint16 {
+		return c.x.endStatus(st &^ (mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY))
+	})
+	if errors.Is(err, wire.ErrMalformed) {
+		return c.backend.Err(err)
 	}
-	return nil
+	return err
 }
 
 // warnCountCol is TiDB's column of SHOW COUNT(*) WARNINGS (captured).
-var warnCountCol = column{name: "Count", typ: mysql.MYSQL_TYPE_LONG, charset: charsetBinary, length: 11}
+var warnCountCol = wire.Column{Name: "Count", Type: mysql.MYSQL_TYPE_LONG, Charset: wire.CharsetBinary, Length: 11}
 
 // answerWarningCount answers SHOW COUNT(*) WARNINGS from the kept
 // warnings, and keeps them.
 func (c *clientConn) answerWarningCount() error {
 	c.warn = c.prevWarn
-	return c.writeResultSet([]column{warnCountCol}, [][]value{{{s: strconv.FormatUint(c.warn.count, 10)}}}, false)
+	return c.writeResultSet([]wire.Column{warnCountCol}, [][]wire.Value{{{S: strconv.FormatUint(c.warn.count, 10)}}}, false)
 }

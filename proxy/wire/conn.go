@@ -196,9 +196,9 @@ func (p *Conn) PeekHeader() (int, byte, error) {
 }
 
 // PeekPacket returns the next packet (header included) in place, if its
-// payload is shorter than maxPayload and it fits the read buffer; ok is false
+// payload is shorter than MaxPayload and it fits the read buffer; ok is false
 // otherwise. The bytes are valid until the next read; consume them with
-// p.discard(len(pkt)).
+// p.Discard(len(pkt)).
 func (p *Conn) PeekPacket() (pkt []byte, ok bool, err error) {
 	n, _, err := p.PeekHeader()
 	if err != nil {
@@ -213,6 +213,24 @@ func (p *Conn) PeekPacket() (pkt []byte, ok bool, err error) {
 	}
 	return pkt, true, nil
 }
+
+// peekPayload returns the next packet's payload in place when it is small
+// (not split, and fits the read buffer), else just its length: a large
+// packet is streamed (CopyPacket) or read (ReadPacket) instead.
+func (p *Conn) peekPayload() (payload []byte, n int, small bool, err error) {
+	pkt, ok, err := p.PeekPacket()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if !ok {
+		n, _, err := p.PeekHeader()
+		return nil, n, false, err
+	}
+	return pkt[HeaderLen:], len(pkt) - HeaderLen, true, nil
+}
+
+// DiscardPacket consumes the packet just peeked, of a payload of n bytes.
+func (p *Conn) DiscardPacket(n int) { p.Discard(HeaderLen + n) }
 
 // Discard consumes n bytes already peeked.
 func (p *Conn) Discard(n int) {
@@ -286,14 +304,14 @@ func grow(b []byte, n int) []byte {
 }
 
 // WritePacket writes payload as one logical packet starting at sequence
-// seq, splitting it at maxPayload, and returns the next sequence number. It
+// seq, splitting it at MaxPayload, and returns the next sequence number. It
 // does not flush.
 func (p *Conn) WritePacket(seq byte, payload []byte) (byte, error) {
 	return p.WriteCommand(seq, nil, payload)
 }
 
 // WriteCommand writes prefix+body as one logical packet (prefix is a command
-// byte, or nil), splitting at maxPayload, and returns the next sequence
+// byte, or nil), splitting at MaxPayload, and returns the next sequence
 // number. It does not flush.
 func (p *Conn) WriteCommand(seq byte, prefix, body []byte) (byte, error) {
 	total := len(prefix) + len(body)
@@ -481,7 +499,7 @@ func (p *Conn) RemoteAddr() net.Addr {
 }
 
 // PeekPrefix returns the next packet's header and up to k bytes of its
-// payload of n bytes (as peekHeader told), in place (valid until the next
+// payload of n bytes (as PeekHeader told), in place (valid until the next
 // read).
 func (p *Conn) PeekPrefix(n, k int) ([]byte, error) {
 	b, err := p.r.Peek(HeaderLen + min(n, k))
@@ -505,8 +523,8 @@ func (p *Conn) PeekStart(n int) []byte {
 }
 
 // Packet returns the next Packet, header included, whose payload of n
-// bytes the caller has seen fits the read buffer (peekPacket, peekKind):
-// valid until the next read; consume it with discard(headerLen+n).
+// bytes the caller has seen fits the read buffer (PeekPacket, the walker):
+// valid until the next read; consume it with DiscardPacket(n).
 func (p *Conn) Packet(n int) ([]byte, error) {
 	b, err := p.r.Peek(HeaderLen + n)
 	if err != nil {
@@ -515,30 +533,10 @@ func (p *Conn) Packet(n int) ([]byte, error) {
 	return b, nil
 }
 
-// PeekKind waits for the next packet's header and first payload byte and
-// returns its payload length; first and small are set when the payload is
-// not empty, shorter than maxPayload and fits the read buffer, so that
-// packet(n) returns it whole. Nothing is consumed, and a large packet
-// (a row) is not waited for beyond its first byte.
-func (p *Conn) PeekKind() (n int, first byte, small bool, err error) {
-	n, _, err = p.PeekHeader()
-	if err != nil {
-		return 0, 0, false, err
-	}
-	if n == 0 || n >= MaxPayload || HeaderLen+n > p.r.Size() {
-		return n, 0, false, nil
-	}
-	b, err := p.r.Peek(HeaderLen + 1)
-	if err != nil {
-		return 0, 0, false, p.Err(err)
-	}
-	return n, b[HeaderLen], true, nil
-}
-
-// CheckColumnDef fails unless the next packet starts as every column
+// checkColumnDef fails unless the next packet starts as every column
 // definition does, with the catalog "def": a response whose definitions
 // are missing or fewer than its column count said fails here at once.
-func (p *Conn) CheckColumnDef() error {
+func (p *Conn) checkColumnDef() error {
 	if p.r.Buffered() >= HeaderLen+4 {
 		// The usual case, with no wait: the header and the catalog's
 		// length and name are in the buffer already.

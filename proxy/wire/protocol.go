@@ -92,7 +92,7 @@ func EOFStatus(p []byte, deprecateEOF bool) (uint16, bool) {
 
 // IsTerminator tells whether a packet starting with 0xFE ends a result set
 // (EOF, or OK under CLIENT_DEPRECATE_EOF) rather than being a row whose first
-// value has an 8-byte length, which makes it at least maxPayload long.
+// value has an 8-byte length, which makes it at least MaxPayload long.
 func IsTerminator(first byte, length int) bool {
 	return first == mysql.EOF_HEADER && length < MaxPayload
 }
@@ -149,3 +149,22 @@ func StatusOffset(p []byte, eof bool) (int, bool) {
 	}
 	return off, len(p) >= off+2
 }
+
+// Warnings is the warning count of p, the payload of an OK packet (or an
+// EOF packet, when eof); 0 when p is not one.
+func Warnings(p []byte, eof bool) uint16 {
+	if eof {
+		if len(p) < 3 {
+			return 0
+		}
+		return binary.LittleEndian.Uint16(p[1:])
+	}
+	ok, valid := ParseOK(p)
+	if !valid {
+		return 0
+	}
+	return ok.Warnings
+}
+
+// IsErr reports whether p, a packet's payload, is an ERR packet.
+func IsErr(p []byte) bool { return len(p) > 0 && p[0] == mysql.ERR_HEADER }
