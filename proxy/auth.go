@@ -178,7 +178,7 @@ func (c *clientConn) connectBackend(cfg *policy.Config, deadline time.Time) (*se
 		return nil, fmt.Errorf("backend dial: %w", err)
 	}
 	c.backend = wire.NewConn(wire.Backend, nc)
-	nc.SetDeadline(time.Now().Add(timeout))
+	c.backend.SetDeadline(time.Now().Add(timeout))
 	p, _, err := c.backend.ReadPacket(nil, wire.MaxShortPacket)
 	if err != nil {
 		c.p.metrics.backendDialFailed()

@@ -297,7 +297,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 	p.mu.Lock()
 	if p.draining.Load() {
 		p.mu.Unlock()
-		nc.Close()
+		c.client.Close()
 		c.client.Release()
 		return
 	}
@@ -309,7 +309,7 @@ func (p *Proxy) startConn(nc net.Conn) {
 		c.client.SetWriteDeadline(time.Now().Add(time.Second))
 		c.client.WritePacket(0, wire.InitialErrPayload(erConCount, "Too many connections"))
 		c.client.Flush()
-		nc.Close()
+		c.client.Close()
 		c.client.Release()
 		return
 	}
@@ -476,11 +476,11 @@ func (p *Proxy) CheckBackend(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
-	}
 	pc := wire.NewConn(wire.Backend, nc)
+	defer pc.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		pc.SetDeadline(dl)
+	}
 	pkt, _, err := pc.ReadPacket(nil, wire.MaxShortPacket)
 	if err != nil {
 		return fmt.Errorf("no greeting from %s: %w", p.backendAddr, err)
