@@ -605,12 +605,12 @@ func PassLast(dst, src *Conn, wait time.Duration) {
 	dst.Unpark()
 	if src.Parked() {
 		src.Unpark()
-		src.conn.SetReadDeadline(time.Now().Add(wait))
+		src.SetReadDeadline(time.Now().Add(wait))
 		src.r.Peek(1)
 	}
 	if n := src.r.Buffered(); n > 0 {
 		b, _ := src.r.Peek(n)
-		dst.conn.SetWriteDeadline(time.Now().Add(wait))
+		dst.SetWriteDeadline(time.Now().Add(wait))
 		if _, err := dst.w.Write(b); err == nil {
 			dst.w.Flush()
 		}
