@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 )
@@ -280,26 +281,12 @@ func (in *stmtIn) insertTarget(n *ast.InsertStmt) ([]Target, *stmtRes) {
 	return ts, nil
 }
 
-// tableNames collects every TableName of a statement.
-type tableNames struct{ names []*ast.TableName }
-
-func (v *tableNames) Enter(n ast.Node) (ast.Node, bool) {
-	if tn, ok := n.(*ast.TableName); ok {
-		v.names = append(v.names, tn)
-	}
-	return n, false
-}
-
-func (v *tableNames) Leave(n ast.Node) (ast.Node, bool) { return n, true }
-
 // protectedIn returns the first protected table among the TableNames of n.
 func (in *stmtIn) protectedIn(n ast.Node) *policy.Table {
 	if n == nil {
 		return nil
 	}
-	var v tableNames
-	n.Accept(&v)
-	for _, tn := range v.names {
+	for _, tn := range sqlread.TableNames(n) {
 		schema := tn.Schema.O
 		if schema == "" {
 			schema = in.st.schema

@@ -224,9 +224,7 @@ func (in *stmtIn) derivedIn(n ast.Node) string {
 	if n == nil || in.pc.e.cat == nil {
 		return ""
 	}
-	var v tableNames
-	n.Accept(&v)
-	for _, tn := range v.names {
+	for _, tn := range sqlread.TableNames(n) {
 		schema := tn.Schema.O
 		if schema == "" {
 			schema = in.st.schema

@@ -68,11 +68,11 @@ func (in *stmtIn) fenceVarAt(i int) (string, bool) {
 	case len(b) == 0:
 		return unclear, true
 	case b[0] == '\'':
-		name = unquoteString(b, in.st.mode.noBackslash)
+		name = sqlread.UnquoteString(b, in.st.mode.noBackslash)
 	case b[0] == '"' && !in.st.mode.ansiQuotes:
-		name = unquoteString(b, in.st.mode.noBackslash)
+		name = sqlread.UnquoteString(b, in.st.mode.noBackslash)
 	case b[0] == '"', b[0] == '`':
-		name = unquoteIdent(b)
+		name = sqlread.UnquoteIdent(b)
 	default:
 		name = string(b)
 	}

@@ -103,7 +103,7 @@ func (in *stmtIn) engineValue(j int) (string, bool) {
 	case sqlread.String:
 		b := in.text(j)
 		if len(b) >= 2 {
-			return unquoteIdent(b), true
+			return sqlread.UnquoteIdent(b), true
 		}
 	}
 	return "", false

@@ -112,9 +112,9 @@ func (in *stmtIn) leaseCall(i int) stmtRes {
 		case sqlread.Word:
 			call.Column = string(in.text(j))
 		case sqlread.QuotedIdent:
-			call.Column = unquoteIdent(in.text(j))
+			call.Column = sqlread.UnquoteIdent(in.text(j))
 		case sqlread.String:
-			call.Column = unquoteString(in.text(j), in.st.mode.noBackslash)
+			call.Column = sqlread.UnquoteString(in.text(j), in.st.mode.noBackslash)
 		default:
 			return bad
 		}
@@ -137,7 +137,7 @@ func (in *stmtIn) leaseArg(j, limit int) (Arg, int, bool) {
 	case sqlread.String:
 		var b strings.Builder
 		for j < limit && in.toks[j].Kind == sqlread.String {
-			b.WriteString(unquoteString(in.text(j), in.st.mode.noBackslash))
+			b.WriteString(sqlread.UnquoteString(in.text(j), in.st.mode.noBackslash))
 			j++
 		}
 		return Arg{String: b.String()}, j, true

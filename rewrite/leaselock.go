@@ -73,9 +73,7 @@ func (in *stmtIn) leaseLockRefusal() *stmtRes {
 
 // leaseIn returns the first lease table among the tables n names.
 func (in *stmtIn) leaseIn(n ast.Node) *policy.Table {
-	var v tableNames
-	n.Accept(&v)
-	for _, tn := range v.names {
+	for _, tn := range sqlread.TableNames(n) {
 		if p := in.protectedName(tn); in.pc.e.isLease(p) {
 			return p
 		}

@@ -59,7 +59,7 @@ func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool, why
 	switch in.toks[j].Kind {
 	case sqlread.NString:
 		src.replaceFrom = in.toks[j].Start + 1 // keep the N
-		b.WriteString(unquoteString(in.pc.src[in.toks[j].Start+1:in.toks[j].End], in.st.mode.noBackslash))
+		b.WriteString(sqlread.UnquoteString(in.pc.src[in.toks[j].Start+1:in.toks[j].End], in.st.mode.noBackslash))
 		j++
 	case sqlread.String:
 		src.replaceFrom = in.toks[j].Start
@@ -67,55 +67,12 @@ func (in *stmtIn) literalSource(i int) (src stringSource, next int, ok bool, why
 		return src, i, false, why
 	}
 	for j < len(in.toks) && in.toks[j].Kind == sqlread.String {
-		b.WriteString(unquoteString(in.text(j), in.st.mode.noBackslash))
+		b.WriteString(sqlread.UnquoteString(in.text(j), in.st.mode.noBackslash))
 		j++
 	}
 	src.last = j - 1
 	src.text = b.String()
 	return src, j, true, why
-}
-
-// unquoteString returns the value of a quoted string literal ('x' or "x").
-func unquoteString(b []byte, noBackslash bool) string {
-	if len(b) < 2 {
-		return ""
-	}
-	q := b[0]
-	inner := b[1 : len(b)-1]
-	var out strings.Builder
-	out.Grow(len(inner))
-	for i := 0; i < len(inner); i++ {
-		c := inner[i]
-		if c == '\\' && !noBackslash && i+1 < len(inner) {
-			i++
-			switch n := inner[i]; n {
-			case 'n':
-				out.WriteByte('\n')
-			case 't':
-				out.WriteByte('\t')
-			case 'r':
-				out.WriteByte('\r')
-			case 'b':
-				out.WriteByte('\b')
-			case '0':
-				out.WriteByte(0)
-			case 'Z':
-				out.WriteByte(0x1a)
-			case '%', '_':
-				// Kept with the backslash, for LIKE patterns.
-				out.WriteByte('\\')
-				out.WriteByte(n)
-			default:
-				out.WriteByte(n)
-			}
-			continue
-		}
-		if c == q && i+1 < len(inner) && inner[i+1] == q {
-			i++
-		}
-		out.WriteByte(c)
-	}
-	return out.String()
 }
 
 // quoteString writes s as a single-quoted literal that reads back as s

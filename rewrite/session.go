@@ -108,19 +108,9 @@ func (in *stmtIn) identAt(i int) (string, bool) {
 	case sqlread.Word:
 		return string(b), true
 	case sqlread.QuotedIdent:
-		return unquoteIdent(b), true
+		return sqlread.UnquoteIdent(b), true
 	}
 	return "", false
-}
-
-// unquoteIdent strips `x` or "x" quotes and undoubles the quote.
-func unquoteIdent(b []byte) string {
-	if len(b) < 2 {
-		return string(b)
-	}
-	q := b[0]
-	inner := b[1 : len(b)-1]
-	return strings.ReplaceAll(string(inner), string([]byte{q, q}), string(q))
 }
 
 // setStmt: a SET the parser read.
@@ -188,7 +178,7 @@ func (in *stmtIn) setUnparsed() stmtRes {
 			}
 			name := strings.ToLower(in.identName(i))
 			if k == sqlread.String {
-				name = strings.ToLower(unquoteIdent(in.text(i)))
+				name = strings.ToLower(sqlread.UnquoteIdent(in.text(i)))
 			}
 			cs := collationCharset(name)
 			if nonASCIICharsets[cs] {
