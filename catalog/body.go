@@ -1,14 +1,8 @@
 package catalog
 
 import (
-	"strings"
-	"sync"
-
-	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/pingcap/tidb/pkg/parser/ast"
-	"github.com/pingcap/tidb/pkg/parser/mysql"
-
-	_ "github.com/pingcap/tidb/pkg/parser/test_driver" // literal values in the AST
 )
 
 // What a stored program body (trigger, routine, event) can do, read from
@@ -71,41 +65,21 @@ type effects struct {
 	calls   []ref // CALL procedure
 	funcs   []ref // name(...) anywhere: a stored function if one has that name
 	dynamic bool  // PREPARE / EXECUTE [IMMEDIATE]: any statement at all
-	hidden  bool  // the body is not visible to the catalog account, or too long to read (oversize)
+	hidden  bool  // the body is not visible to the catalog account, too long to read (oversize) or unclear
 	// oversize: the body is past the bounds above (hidden is set too).
 	oversize bool
+	// unclear: the server may read the body in more than one way (the
+	// tokenizer's reason; hidden is set too).
+	unclear string
 }
 
-var parsers = sync.Pool{New: func() any { return parser.New() }}
-
 // parseStmt parses one simple statement; nil when it cannot be read.
-func parseStmt(text string, m lexMode) (n ast.StmtNode) {
-	p := parsers.Get().(*parser.Parser)
-	defer func() {
-		if r := recover(); r != nil {
-			n = nil // the parser is dropped after a panic
-			return
-		}
-		if len(text) <= 16<<10 {
-			// A parser that read a longer text keeps the value stack it
-			// grew for it: dropped (see rewrite's maxPooledText).
-			parsers.Put(p)
-		}
-	}()
-	var mode mysql.SQLMode
-	if m.ansiQuotes {
-		mode |= mysql.ModeANSIQuotes
-	}
-	if m.noBackslash {
-		mode |= mysql.ModeNoBackslashEscapes
-	}
-	p.SetSQLMode(mode)
-	p.SetMariaDB(true)
-	stmts, _, err := p.Parse(text, "", "")
-	if err != nil || len(stmts) != 1 {
+func parseStmt(text string, m readMode) ast.StmtNode {
+	n, err := sqlread.Parse(text, m.lex)
+	if err != nil {
 		return nil
 	}
-	return stmts[0]
+	return n
 }
 
 // startWords: after these, a new statement begins inside a compound
@@ -119,8 +93,6 @@ var writeWords = []string{"insert", "replace", "update", "delete"}
 // or loads into it: every name it mentions counts as written.
 var ddlWords = []string{"alter", "drop", "rename", "create", "truncate", "load", "handler"}
 
-func lower(s string) string { return strings.ToLower(s) }
-
 func isAny(t token, words []string) bool {
 	for _, w := range words {
 		if t.is(w) {
@@ -131,20 +103,27 @@ func isAny(t token, words []string) bool {
 }
 
 // analyzeBody reads a body whose unqualified names resolve in schema.
-func analyzeBody(body, schema, mode string) effects {
+func analyzeBody(body, schema string, m readMode) effects {
 	var fx effects
 	if body == "" {
 		fx.hidden = true
 		return fx
 	}
-	m := sqlMode(mode)
-	toks, ok := lexMax(body, m, maxBodyTokens)
-	if !ok || len(body) > MaxBodyBytes {
+	if len(body) > MaxBodyBytes {
 		fx.hidden, fx.oversize = true, true
 		return fx
 	}
+	toks, norm, issue, ok := lex(body, m.lex, maxBodyTokens)
+	if !ok {
+		fx.hidden, fx.oversize = true, true
+		return fx
+	}
+	if issue != "" {
+		fx.hidden, fx.unclear = true, issue
+		return fx
+	}
 	fx.funcs = funcRefs(toks, schema)
-	if strings.Contains(strings.ToUpper(mode), "ORACLE") {
+	if m.oracle {
 		// Measured: a body created under sql_mode=ORACLE calls a
 		// procedure without CALL ("BEGIN touch; END", "BEGIN touch();
 		// END"), also after labels and in exception handlers: every
@@ -168,18 +147,19 @@ func analyzeBody(body, schema, mode string) effects {
 		piece := toks[:end]
 		bodyEnd := len(body)
 		if end < len(toks) {
-			bodyEnd = toks[end].start
+			bodyEnd = toks[end].Start
 			toks = toks[end+1:]
 		} else {
 			toks = nil
 		}
-		fx.piece(piece, body, bodyEnd, schema, m)
+		fx.piece(piece, norm, bodyEnd, schema, m)
 	}
 	return fx
 }
 
-// piece analyses the tokens between two ';' of a body.
-func (fx *effects) piece(toks []token, body string, end int, schema string, m lexMode) {
+// piece analyses the tokens between two ';' of a body; norm is the body
+// as lex blanked it (the parser reads that).
+func (fx *effects) piece(toks []token, norm string, end int, schema string, m readMode) {
 	handler := len(toks) > 0 && toks[0].is("declare")
 	if handler {
 		handler = false
@@ -191,7 +171,7 @@ func (fx *effects) piece(toks []token, body string, end int, schema string, m le
 	}
 	for i, t := range toks {
 		atStart := i == 0 || isAny(toks[i-1], startWords) || toks[i-1].op(':') || handler && i > 1
-		if t.kind != tkWord {
+		if t.Kind != sqlread.Word {
 			continue
 		}
 		switch {
@@ -218,7 +198,7 @@ func (fx *effects) piece(toks []token, body string, end int, schema string, m le
 			}
 			var n ast.StmtNode
 			if parseable(toks[i:]) {
-				n = parseStmt(body[t.start:end], m)
+				n = parseStmt(norm[t.Start:end], m)
 			}
 			if ws := dmlWrites(n, schema); ws != nil {
 				fx.writes = append(fx.writes, ws...)
@@ -299,7 +279,7 @@ func dmlWrites(n ast.StmtNode, schema string) []write {
 		if x.Table == nil {
 			return nil
 		}
-		for _, tn := range tableNamesIn(x.Table) {
+		for _, tn := range sqlread.TableNames(x.Table) {
 			add(tn, ops)
 		}
 	case *ast.UpdateStmt:
@@ -307,14 +287,14 @@ func dmlWrites(n ast.StmtNode, schema string) []write {
 			return nil
 		}
 		// A multi-table UPDATE may write any table it joins: all count.
-		for _, tn := range tableNamesIn(x.TableRefs) {
+		for _, tn := range sqlread.TableNames(x.TableRefs) {
 			add(tn, OpUpdate)
 		}
 	case *ast.DeleteStmt:
 		if x.TableRefs == nil {
 			return nil
 		}
-		for _, tn := range tableNamesIn(x.TableRefs) {
+		for _, tn := range sqlread.TableNames(x.TableRefs) {
 			add(tn, OpDelete)
 		}
 		if x.Tables != nil {
@@ -331,42 +311,25 @@ func dmlWrites(n ast.StmtNode, schema string) []write {
 	return ws
 }
 
-// tableNamesIn collects the TableNames of a table reference tree, those of
-// subqueries included (they are only read, but counting them over-fences
-// at worst).
-func tableNamesIn(n ast.Node) []*ast.TableName {
-	var v tableNames
-	n.Accept(&v)
-	return v.names
-}
-
-type tableNames struct{ names []*ast.TableName }
-
-func (v *tableNames) Enter(n ast.Node) (ast.Node, bool) {
-	if tn, ok := n.(*ast.TableName); ok {
-		v.names = append(v.names, tn)
-	}
-	return n, false
-}
-
-func (v *tableNames) Leave(n ast.Node) (ast.Node, bool) { return n, true }
-
 // viewBases returns the tables and views a view definition names (all of
 // them: which one a write through a join view lands in depends on the
 // statement), and the functions it may call; ok is false when the
-// definition is past the bounds above: it may be over any table.
-func viewBases(v View) ([]ref, []ref, bool) {
-	toks, ok := lexMax(v.Definition, lexMode{}, maxBodyTokens)
-	if !ok || len(v.Definition) > MaxBodyBytes {
+// definition is past the bounds above or unclear: it may be over any table.
+func viewBases(v View, m readMode) ([]ref, []ref, bool) {
+	if len(v.Definition) > MaxBodyBytes {
+		return nil, nil, false
+	}
+	toks, norm, issue, ok := lex(v.Definition, m.lex, maxBodyTokens)
+	if !ok || issue != "" {
 		return nil, nil, false
 	}
 	funcs := funcRefs(toks, v.Schema)
 	var bases []ref
 	if !parseable(toks) {
 		// Not parsed: every name counts, below.
-	} else if n := parseStmt(v.Definition, lexMode{}); n != nil {
+	} else if n := parseStmt(norm, m); n != nil {
 		ctes := cteNamesOf(n)
-		for _, tn := range tableNamesIn(n) {
+		for _, tn := range sqlread.TableNames(n) {
 			s := tn.Schema.O
 			if s == "" {
 				if ctes[lower(tn.Name.O)] {

@@ -139,6 +139,7 @@ type Refused struct {
 	Dynamic      bool   // its body (or a routine it calls) runs dynamic SQL
 	Hidden       bool   // the catalog account cannot see its body (or a callee's)
 	Oversize     bool   // its own body is too long for the catalog to read (MaxBodyBytes)
+	Unclear      string // its own body may read in more than one way to the server: why
 	Engine       string // Table is not protected but forwards its rows (this engine)
 }
 
@@ -153,6 +154,9 @@ func (r *Refused) Reason() string {
 	case r.Oversize:
 		return "the " + what + " " + name + " may write protected tables: its body is longer than fenceproxy's catalog reads " +
 			"(1 MiB, 100,000 tokens), so it counts as writing every one; write the tables directly"
+	case r.Unclear != "":
+		return "the " + what + " " + name + " may write protected tables: fenceproxy cannot be sure how the server reads " +
+			"its body (" + r.Unclear + "), so it counts as writing every one; write the tables directly"
 	case r.Hidden:
 		return "the " + what + " " + name + " may write protected tables: fenceproxy's catalog account cannot see its body " +
 			"(or a routine it calls); grant it the privileges to read routine bodies, or write the tables directly"
@@ -434,9 +438,9 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 	for i := range snap.Views {
 		v := &snap.Views[i]
 		k := key(v.Schema, v.Name)
-		bases, funcs, ok := viewBases(*v)
+		bases, funcs, ok := viewBases(*v, snap.readMode(""))
 		if !ok {
-			// Too long to read: it may be over any table.
+			// Too long or unclear to read: it may be over any table.
 			for _, p := range c.prot {
 				bases = append(bases, ref{p.Schema, p.Table})
 			}
@@ -447,7 +451,7 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 	for i := range snap.Triggers {
 		t := &snap.Triggers[i]
 		k := key(t.Schema, t.Table)
-		c.trigs[k] = append(c.trigs[k], trig{t, analyzeBody(t.Body, t.Schema, t.SQLMode)})
+		c.trigs[k] = append(c.trigs[k], trig{t, analyzeBody(t.Body, t.Schema, snap.readMode(t.SQLMode))})
 	}
 	for _, fk := range snap.ForeignKeys {
 		k := key(fk.RefSchema, fk.RefTable)
@@ -457,7 +461,7 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 		r := &snap.Routines[i]
 		k := routineKey(r.Function, r.Schema, r.Name)
 		c.rtns[k] = r
-		c.rfx[k] = analyzeBody(r.Body, r.Schema, r.SQLMode)
+		c.rfx[k] = analyzeBody(r.Body, r.Schema, snap.readMode(r.SQLMode))
 	}
 	c.fixpoint()
 	return c.result(snap)
@@ -845,6 +849,9 @@ func (c *closer) result(snap *Snapshot) *Closure {
 					if t.fx.oversize {
 						f.RefuseWhy = "the body of its trigger " + t.t.Name + " is longer than fenceproxy's catalog reads " +
 							"(1 MiB, 100,000 tokens), so it counts as writing every protected table; write the tables directly"
+					} else if t.fx.unclear != "" {
+						f.RefuseWhy = "fenceproxy cannot be sure how the server reads the body of its trigger " + t.t.Name +
+							" (" + t.fx.unclear + "), so it counts as writing every protected table; write the tables directly"
 					}
 				}
 			}
@@ -867,6 +874,8 @@ func (c *closer) result(snap *Snapshot) *Closure {
 		}
 		if fx.oversize {
 			out.Hidden = append(out.Hidden, kindWord(r)+" "+r.Schema+"."+r.Name+" (body too long to read)")
+		} else if fx.unclear != "" {
+			out.Hidden = append(out.Hidden, kindWord(r)+" "+r.Schema+"."+r.Name+" (body unclear: "+fx.unclear+")")
 		} else if fx.hidden {
 			out.Hidden = append(out.Hidden, kindWord(r)+" "+r.Schema+"."+r.Name)
 		}
@@ -875,7 +884,7 @@ func (c *closer) result(snap *Snapshot) *Closure {
 		}
 		d, h := c.flags(fx, map[string]bool{k: true})
 		rf := &Refused{Schema: r.Schema, Name: r.Name, Function: r.Function, Table: c.first(s), Dynamic: d, Hidden: h,
-			Oversize: fx.oversize}
+			Oversize: fx.oversize, Unclear: fx.unclear}
 		if len(c.fenceTargets(s)) == 0 {
 			rf.Table, rf.Engine = c.forwardIn(s)
 		}
@@ -887,7 +896,7 @@ func (c *closer) result(snap *Snapshot) *Closure {
 		}
 	}
 	for _, ev := range snap.Events {
-		fx := analyzeBody(ev.Body, ev.Schema, ev.SQLMode)
+		fx := analyzeBody(ev.Body, ev.Schema, snap.readMode(ev.SQLMode))
 		if ev.Body == "" {
 			out.Hidden = append(out.Hidden, "event "+ev.Schema+"."+ev.Name)
 		}

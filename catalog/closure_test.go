@@ -104,7 +104,7 @@ func TestClose(t *testing.T) {
 		},
 		{
 			name: "strings and comments hide nothing and fake nothing",
-			snap: Snapshot{Triggers: []Trigger{
+			snap: Snapshot{Server: "10.11.19-MariaDB", Triggers: []Trigger{
 				{Schema: "app", Name: "c1", Table: "c", Event: OpInsert, Body: "BEGIN SET @x = 'DELETE FROM jobs'; -- DELETE FROM jobs\n /* ; DELETE FROM jobs */ INSERT INTO log VALUES ('; DELETE FROM jobs'); END"},
 				{Schema: "app", Name: "d1", Table: "d", Event: OpInsert, Body: "BEGIN /*!50100 DELETE FROM jobs */; END"},
 			}},

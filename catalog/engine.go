@@ -3,6 +3,8 @@ package catalog
 import (
 	"sort"
 	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 )
 
 // Tables whose engine keeps no rows of its own: a write to them is a write
@@ -87,10 +89,14 @@ func forwardWhy(schema, name, engine string) string {
 // MergeUnion reads the UNION=(...) list of a MERGE table's SHOW CREATE
 // TABLE text; unqualified names are in schema (the server prints them
 // so when they are in the MERGE table's own schema). ok is false when the
-// text has no UNION list it can read: the caller then does not know what
-// the table writes.
+// text has no UNION list it can read, or the server may read the text in
+// more than one way (an executable comment: the server's version is not
+// known here): the caller then does not know what the table writes.
 func MergeUnion(create, schema string) (names []Name, ok bool) {
-	toks := lex(create, lexMode{})
+	toks, _, issue, _ := lex(create, sqlread.Mode{Flavor: sqlread.MariaDB}, 0)
+	if issue != "" {
+		return nil, false
+	}
 	depth := 0
 	for i, t := range toks {
 		switch {

@@ -107,6 +107,10 @@ type Name struct{ Schema, Name string }
 // Snapshot is the schema objects of one backend at one moment. Bodies and
 // definitions are parsed by Close; a Snapshot is not modified afterwards.
 type Snapshot struct {
+	// Server: the server's VERSION(), which decides how it reads the
+	// bodies (executable comments by flavor and version) and with which
+	// grammar they are parsed; "" = unknown (see server).
+	Server string
 	// Tables: every base table and view the catalog saw. When the catalog
 	// cannot be read, a write to a name not among them is refused: it may
 	// be an object created since, which the last good catalog never
@@ -134,15 +138,15 @@ func key(schema, name string) string {
 	return strings.ToLower(schema) + "." + strings.ToLower(name)
 }
 
-// sqlMode reads the lexing flags of a stored sql_mode.
-func sqlMode(mode string) lexMode {
-	var m lexMode
+// readMode is how the server reads a body stored with the sql_mode mode.
+func (s *Snapshot) readMode(mode string) readMode {
+	m := readMode{lex: s.server(), oracle: strings.Contains(strings.ToUpper(mode), "ORACLE")}
 	for _, f := range strings.Split(strings.ToUpper(mode), ",") {
 		switch strings.TrimSpace(f) {
 		case "ANSI_QUOTES", "ANSI", "DB2", "MAXDB", "MSSQL", "ORACLE", "POSTGRESQL":
-			m.ansiQuotes = true
+			m.lex.ANSIQuotes = true
 		case "NO_BACKSLASH_ESCAPES":
-			m.noBackslash = true
+			m.lex.NoBackslash = true
 		}
 	}
 	return m

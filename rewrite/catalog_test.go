@@ -60,11 +60,27 @@ func catalogEngine(t testing.TB, stale string, cache bool) *Engine {
 	snap.Tables = append(snap.Tables, catalog.Name{Schema: "app", Name: "v_\u00fcber"})
 	snap.Views = append(snap.Views, catalog.View{Schema: "app", Name: "v_\u00fcber",
 		Definition: "select `app`.`invoices`.`id` AS `id` from `app`.`invoices`"})
+	addBodyReadings(snap)
 	opts := Options{CacheEntries: -1, ShapeEntries: -1, Catalog: catalog.Close(snap, ProtectedFor(p)), CatalogStale: stale}
 	if cache {
 		opts.ShapeEntries = 4096
 	}
 	return New(p, opts)
+}
+
+// addBodyReadings: triggers on app.memos whose bodies the catalog's former
+// lexer read otherwise than the server (testdata/catalog/bodies.golden).
+func addBodyReadings(snap *catalog.Snapshot) {
+	snap.Server = "10.11.19-MariaDB-0+deb12u1"
+	snap.Tables = append(snap.Tables, catalog.Name{Schema: "app", Name: "memos"})
+	snap.Routines = append(snap.Routines,
+		catalog.Routine{Schema: "app", Name: "123abc", Body: "BEGIN UPDATE invoices SET amount = 0; END"},
+		catalog.Routine{Schema: "app", Name: "12ab", Function: true, Body: "BEGIN UPDATE invoices SET amount = 0; RETURN 1; END"})
+	snap.Triggers = append(snap.Triggers,
+		catalog.Trigger{Schema: "app", Name: "memos_ai", Table: "memos", Event: catalog.OpInsert, Body: "BEGIN CALL 123abc(); END"},
+		catalog.Trigger{Schema: "app", Name: "memos_au", Table: "memos", Event: catalog.OpUpdate,
+			Body: "BEGIN SET @a = 1; --\x7f '\nUPDATE invoices SET amount = 0; -- '\nEND"},
+		catalog.Trigger{Schema: "app", Name: "memos_ad", Table: "memos", Event: catalog.OpDelete, Body: "SET @x = 12ab()"})
 }
 
 // TestCatalogGolden: testdata/catalog/*.golden, decided with testSnapshot's
@@ -74,6 +90,7 @@ func TestCatalogGolden(t *testing.T) {
 		{"testdata/catalog/catalog.golden", ""},
 		{"testdata/catalog/statements.golden", ""},
 		{"testdata/catalog/stale.golden", "connection refused"},
+		{"testdata/catalog/bodies.golden", ""},
 	} {
 		for _, cache := range []bool{false, true} {
 			e := catalogEngine(t, f.stale, cache)

@@ -102,6 +102,11 @@ func Load(ctx context.Context, db *sql.DB) (*catalog.Snapshot, error) {
 		return nil, &BlindError{Missing: missing}
 	}
 	s := &catalog.Snapshot{}
+	// The server's version decides how it reads the bodies below (their
+	// executable comments), and so how the catalog must read them.
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&s.Server); err != nil {
+		return nil, fmt.Errorf("reading the server's version: %w", err)
+	}
 	var merges []int
 	var tables []tableRow
 	forwarding := false
