@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/integration/dbtest"
 )
@@ -45,4 +48,47 @@ func TestCatalogReadsBodiesAsTheServer(t *testing.T) {
 		one("trigger writing after a comment of '--' and DEL", "INSERT INTO dn4 VALUES (1)"),
 		one("procedure calling a procedure named 123abc", "CALL p_digits()"),
 	})
+}
+
+// TestCatalogRefreshAfterDDLAsTheServerReadsIt: a statement that creates a
+// schema object, in any form the server reads as one (after comments, in
+// an executable comment as mysqldump writes it, after another statement),
+// makes the proxy read the catalog again before the connection's next
+// command; the periodic refresh (10 minutes here) plays no part.
+func TestCatalogRefreshAfterDDLAsTheServerReadsIt(t *testing.T) {
+	e := newFencedEnv(t, envOptions{account: true, extra: "catalog:\n  refresh: 10m\n"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.proxy.Proxy.WaitCatalog(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := e.session(t, "multiStatements=true")
+	for _, f := range []struct{ name, sql string }{
+		{"after a -- comment", "-- made by the migration tool\nCREATE VIEW rv1 AS SELECT 1 AS x"},
+		{"after a # comment", "# note\nCREATE VIEW rv2 AS SELECT 1 AS x"},
+		{"in an executable comment", "/*!50001 CREATE VIEW rv3 AS SELECT 1 AS x */"},
+		{"in MariaDB's executable comment", "/*M! CREATE VIEW rv4 AS SELECT 1 AS x */"},
+		{"after another statement", "SELECT 1; CREATE VIEW rv5 AS SELECT 1 AS x"},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			view := f.sql[strings.Index(f.sql, "VIEW ")+5:][:3]
+			if _, err := c.ExecContext(ctx, f.sql); err != nil {
+				t.Fatal(err)
+			}
+			// The next command waits for the refresh.
+			if _, err := c.ExecContext(ctx, "DO 1"); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := e.proxy.Proxy.CatalogState()
+			if st.Snapshot == nil {
+				t.Fatal("no catalog")
+			}
+			for _, v := range st.Snapshot.Views {
+				if v.Name == view {
+					return
+				}
+			}
+			t.Fatalf("the catalog does not know the view %s created by %q", view, f.sql)
+		})
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
@@ -222,40 +221,14 @@ const maxUnknownObjects = 16
 const catalogWait = 15 * time.Second
 
 // afterDDL refreshes the catalog right after a statement that may have
-// changed it, before the client's next command: that connection's next
-// statements see the new objects.
-func (c *clientConn) afterDDL(sql []byte) {
+// changed it (rewrite.Decision.ChangesSchema), before the client's next
+// command: that connection's next statements see the new objects.
+func (c *clientConn) afterDDL() {
 	cw := c.p.catalog
-	if cw == nil || !ddlHead(sql) {
+	if cw == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	cw.w.Refresh(ctx)
-}
-
-// ddlHead: the text starts (after spaces and comments) with CREATE, ALTER,
-// DROP or RENAME. A miss only delays the catalog to its next refresh.
-func ddlHead(sql []byte) bool {
-	i := 0
-	for i < len(sql) {
-		switch {
-		case sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r':
-			i++
-		case sql[i] == '/' && i+1 < len(sql) && sql[i+1] == '*' && !(i+2 < len(sql) && sql[i+2] == '!'):
-			end := strings.Index(string(sql[i+2:]), "*/")
-			if end < 0 {
-				return false
-			}
-			i += end + 4
-		default:
-			j := i
-			for j < len(sql) && (sql[j] >= 'a' && sql[j] <= 'z' || sql[j] >= 'A' && sql[j] <= 'Z') {
-				j++
-			}
-			w := strings.ToLower(string(sql[i:j]))
-			return w == "create" || w == "alter" || w == "drop" || w == "rename"
-		}
-	}
-	return false
 }

@@ -83,11 +83,11 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		return err
 	}
 	if c.prevWarn != nil {
-		switch {
-		case isShow(payload[1:], "WARNINGS"):
+		switch rewrite.ReadWarningsQuery(payload[1:], c.srv, &c.sess) {
+		case rewrite.ShowWarnings:
 			c.consumeCommand(payload, inPlace)
 			return c.answerWarnings()
-		case isShow(payload[1:], "COUNT(*)", "WARNINGS"):
+		case rewrite.CountWarnings:
 			c.consumeCommand(payload, inPlace)
 			return c.answerWarningCount()
 		}
@@ -102,13 +102,12 @@ func (c *clientConn) comQuery(rt *runtime) error {
 	if d.Action == rewrite.Forward && d.Stmts == nil {
 		// The hot path: nothing here concerns fencing.
 		c.p.metrics.stmtForwarded.Inc()
-		if c.p.catalog != nil && ddlHead(payload[1:]) {
-			sql := append([]byte(nil), payload[1:]...)
+		if c.p.catalog != nil && d.ChangesSchema {
 			if err := c.sendOriginal(payload, inPlace); err != nil {
 				return err
 			}
 			err := c.relayResults(nil)
-			c.afterDDL(sql)
+			c.afterDDL()
 			return err
 		}
 		if err := c.sendOriginal(payload, inPlace); err != nil {

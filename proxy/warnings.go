@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"strconv"
 
@@ -43,23 +42,6 @@ func (c *clientConn) readWarnings() (warnPackets, error) {
 
 // heldWarnings is the warning count of a held final packet.
 func heldWarnings(h heldPacket) uint16 { return wire.Warnings(h.p, h.eof) }
-
-// isShow reports whether sql is exactly SHOW followed by words (any case
-// and spacing, an optional semicolon); other forms (LIMIT, comments) go to
-// the server.
-func isShow(sql []byte, words ...string) bool {
-	sql = bytes.TrimRight(bytes.TrimSpace(sql), "; \t\r\n")
-	f := bytes.Fields(sql)
-	if len(f) != len(words)+1 || !bytes.EqualFold(f[0], []byte("SHOW")) {
-		return false
-	}
-	for i, w := range words {
-		if !bytes.EqualFold(f[i+1], []byte(w)) {
-			return false
-		}
-	}
-	return true
-}
 
 // answerWarnings answers SHOW WARNINGS with the kept packets, the status
 // flags of their EOF packets those after the proxy's COMMIT, and keeps them

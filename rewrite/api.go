@@ -125,6 +125,12 @@ type Decision struct {
 	// nothing that would). For Prepare (COM_STMT_PREPARE), Stmts describes
 	// what each execution of the prepared statement does.
 	Stmts []Stmt
+
+	// ChangesSchema: a statement of the packet starts with CREATE, ALTER,
+	// DROP or RENAME, so it may change the schema objects the catalog
+	// reads; the proxy reads the catalog again before the client's next
+	// command. (The fast path takes no such statement.)
+	ChangesSchema bool
 }
 
 // StmtKind classifies a statement for the proxy's bookkeeping.

@@ -260,6 +260,10 @@ func (e *Engine) slow(sql []byte, srv Server, s Session, prepare bool, tr *shape
 					"(SET SESSION sql_mode = '...') before writing to protected tables")
 				r.Refusal.SQLModeUnknown = true
 				return r
+			} else if d.ChangesSchema {
+				// A schema change under either reading: the catalog is
+				// read again.
+				first.ChangesSchema = true
 			}
 			n++
 		}

@@ -94,6 +94,8 @@ type restResult struct {
 	// blind: every statement's verdict depended on its literals only
 	// through their kinds (stmtRes.valueBlind); meaningful while tracing.
 	blind bool
+	// changesSchema: see Decision.ChangesSchema.
+	changesSchema bool
 }
 
 // decidePacket decides on a whole packet under one definite reading.
@@ -122,7 +124,9 @@ func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, d
 
 func (pc *packetCtx) finish(r restResult) Decision {
 	if pc.trace != nil {
-		pc.trace.blind = r.blind && r.refusal == nil && r.call == nil
+		// No shape plan for schema changes: a plan's decision does not say
+		// so (and they are rare).
+		pc.trace.blind = r.blind && r.refusal == nil && r.call == nil && !r.changesSchema
 		pc.trace.edits = r.edits
 	}
 	if r.refusal != nil {
@@ -146,7 +150,17 @@ func (pc *packetCtx) finish(r restResult) Decision {
 	if r.matters {
 		d.Stmts = r.stmts
 	}
+	d.ChangesSchema = r.changesSchema
 	return d
+}
+
+// changesSchema: a statement that starts with t may change schema objects.
+func changesSchema(src []byte, t sqlread.Token) bool {
+	if t.Kind != sqlread.Word {
+		return false
+	}
+	w := src[t.Start:t.End]
+	return eqFold(w, "create") || eqFold(w, "alter") || eqFold(w, "drop") || eqFold(w, "rename")
 }
 
 // mapSpans moves the statements' byte ranges of the client's text to the
@@ -231,6 +245,7 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 			continue
 		}
 		out.nonEmpty++
+		out.changesSchema = out.changesSchema || changesSchema(pc.src, toks[0])
 		in := &stmtIn{pc: pc, toks: toks, start: pos, end: end, final: final, st: st, norm: norm}
 		res := in.decide()
 		if res.refusal != nil {
