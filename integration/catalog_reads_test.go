@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,37 @@ func TestCatalogRefreshAfterDDLAsTheServerReadsIt(t *testing.T) {
 			}
 			t.Fatalf("the catalog does not know the view %s created by %q", view, f.sql)
 		})
+	}
+}
+
+// TestStatementDigestHidesLiteralsAsTheServerReadsThem: the audit digest
+// of a stale write and of a refused statement, under NO_BACKSLASH_ESCAPES,
+// where 'x\' ends a string: the digester's own lexer (backslash escapes
+// on) read the next literal as a name and put it into the record.
+func TestStatementDigestHidesLiteralsAsTheServerReadsThem(t *testing.T) {
+	e := newRedteamEnv(t)
+	ctx := context.Background()
+	c := e.session(t)
+	mustExec(t, c, fmt.Sprintf("SET @fence_lease = 'invoice:acme', @fence_owner = X'%x', @fence_token = %d", e.stale.Owner, e.stale.Token))
+	mustExec(t, c, "SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'")
+	before := len(e.auditRecords(t))
+	res, err := c.ExecContext(ctx, `UPDATE invoices SET customer = 'x\', period = 'topsecret1' WHERE id = 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 0 {
+		t.Fatalf("the stale write changed %d rows", n)
+	}
+	if _, err := c.ExecContext(ctx, `CREATE TRIGGER tr_nbe BEFORE INSERT ON invoices FOR EACH ROW SET NEW.customer = 'x\', NEW.period = 'topsecret2'`); err == nil {
+		t.Fatal("a trigger on a protected table was created")
+	}
+	recs := e.auditRecords(t)[before:]
+	if len(recs) != 2 {
+		t.Fatalf("want 2 audit records (the stale write, the refusal), got %+v", recs)
+	}
+	for _, r := range recs {
+		if strings.Contains(r.Digest, "topsecret") || r.Digest == "" {
+			t.Errorf("audit record %s: digest %q", r.Reason, r.Digest)
+		}
 	}
 }

@@ -67,7 +67,7 @@ func (fg *fencing) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome st
 	}
 	c.p.metrics.StatementsRefused.WithLabelValues(reason, rt.policy.Mode).Inc()
 	fg.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
-		Digest: statementDigest(sql), Outcome: outcome, Detail: r.Reason}, rt)
+		Digest: statementDigest(sql, c.srv, &c.sess), Outcome: outcome, Detail: r.Reason}, rt)
 }
 
 func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) {

@@ -22,4 +22,8 @@ func newRewriter(pol *policy.Policy, lim policy.Limits, cat *catalog.Closure, st
 
 func parseServerVersion(v string) rewrite.Server { return rewrite.ParseServerVersion(v) }
 
-func statementDigest(sql string) string { return rewrite.Digest(sql) }
+// statementDigest is the audit digest of a statement of the session: its
+// literals as the session reads them never reach the record.
+func statementDigest(sql string, srv rewrite.Server, sess *rewrite.Session) string {
+	return rewrite.DigestFor(sql, srv, sess)
+}

@@ -21,15 +21,95 @@ func ParseServerVersion(v string) Server {
 // 10 MB statement took it 840 MB), and a longer digest helps nobody who
 // reads an audit record. A literal the cut leaves unterminated is dropped,
 // not copied.
-func Digest(sql string) string {
-	if len(sql) <= maxDigestBytes {
-		return parser.Normalize(sql, "ON")
+//
+// The digester (the TiDB parser's) has a lexer of its own, which reads
+// backslashes and quotes by its defaults, not by the session's sql_mode:
+// under NO_BACKSLASH_ESCAPES, 'x\', b = 'secret' gave it a string, then
+// the word secret. So the literals are found with the one tokenizer first,
+// under every reading the session's sql_mode allows (Digest: any), and
+// every byte inside a literal under any of them reaches the digester as an
+// empty string.
+func Digest(sql string) string { return DigestFor(sql, Server{Flavor: MariaDB}, nil) }
+
+// DigestFor is Digest of a statement of a session on srv: the sql_mode
+// flags the session knows decide the readings.
+func DigestFor(sql string, srv Server, sess *Session) string {
+	var s Session
+	if sess != nil {
+		s = *sess
 	}
-	cut := maxDigestBytes
-	for cut > 0 && !utf8.RuneStart(sql[cut]) {
-		cut--
+	src := []byte(DigestInput([]byte(sql)))
+	return digestReadings(src, srv, readings(s.ANSIQuotes, src, '"'), readings(s.NoBackslashEscapes, src, '\\'))
+}
+
+func digestReadings(src []byte, srv Server, ansi, nbe []bool) string {
+	cut := len(src) > maxDigestBytes
+	if cut {
+		n := maxDigestBytes
+		for n > 0 && !utf8.RuneStart(src[n]) {
+			n--
+		}
+		src = src[:n]
 	}
-	return parser.Normalize(sql[:cut], "ON") + " …"
+	d := parser.Normalize(maskLiterals(src, srv, ansi, nbe), "ON")
+	if cut {
+		d += " …"
+	}
+	return d
+}
+
+// maskLiterals returns src with every byte that is inside a string, hex or
+// bit literal under any of the readings replaced by an empty string
+// literal (a run of them by one; a national string keeps its N), and every
+// comment blanked as the server skips it under any of them.
+func maskLiterals(src []byte, srv Server, ansi, nbe []bool) string {
+	const lit, skipped, national = 1, 2, 4
+	marks := make([]byte, len(src))
+	norm := make([]byte, len(src))
+	for _, a := range ansi {
+		for _, b := range nbe {
+			copy(norm, src)
+			lx := newLexer(src, lexMode{ansiQuotes: a, noBackslash: b, server: srv}, norm)
+			for {
+				t, ok := lx.Next()
+				if !ok {
+					break
+				}
+				switch t.Kind {
+				case sqlread.NString:
+					marks[t.Start] |= national
+					fallthrough
+				case sqlread.String, sqlread.HexString, sqlread.BitString:
+					for i := t.Start; i < t.End; i++ {
+						marks[i] |= lit
+					}
+				}
+			}
+			for i := range norm {
+				if norm[i] != src[i] {
+					marks[i] |= skipped
+				}
+			}
+		}
+	}
+	out := make([]byte, 0, len(src))
+	for i := 0; i < len(src); i++ {
+		switch {
+		case marks[i]&lit != 0:
+			if marks[i]&national != 0 {
+				out = append(out, 'N') // the digest keeps N'...' apart
+			}
+			for i+1 < len(src) && marks[i+1]&lit != 0 {
+				i++
+			}
+			out = append(out, "''"...)
+		case marks[i]&skipped != 0:
+			out = append(out, ' ')
+		default:
+			out = append(out, src[i])
+		}
+	}
+	return string(out)
 }
 
 // DigestInput is as much of text as Digest reads, as a string: a refused
@@ -42,9 +122,14 @@ func DigestInput(text []byte) string {
 	return string(text)
 }
 
-// digest is the statement's Digest, from its normalized text, of which no
-// more is copied than Digest reads.
-func (in *stmtIn) digest() string { return Digest(DigestInput(in.norm[in.start:in.end])) }
+// digest is the statement's Digest, read as the statement is.
+func (in *stmtIn) digest() string {
+	src := in.pc.src[in.start:in.end]
+	if len(src) > maxDigestBytes+utf8.UTFMax {
+		src = src[:maxDigestBytes+utf8.UTFMax]
+	}
+	return digestReadings(src, in.st.mode.server, []bool{in.st.mode.ansiQuotes}, []bool{in.st.mode.noBackslash})
+}
 
 // maxDigestBytes is the longest text Digest reads whole: the shape cache's
 // longest statement (maxCachedLen), so that its digests are never cut.

@@ -431,7 +431,6 @@ func TestShapeValueTraps(t *testing.T) {
 	app := *appSession()
 	for _, c := range []struct{ name, first, second string }{
 		{"escape length", "DELETE FROM invoices WHERE note LIKE 'a%' ESCAPE '!'", "DELETE FROM invoices WHERE note LIKE 'a%' ESCAPE 'ab'"},
-		{"digest keeps '*'", "UPDATE invoices SET note = 'x' WHERE id = 1", "UPDATE invoices SET note = '*' WHERE id = 1"},
 		{"digest keeps order by", "UPDATE invoices SET paid = 1 ORDER BY 1", "UPDATE invoices SET paid = 1 ORDER BY 2"},
 		{"huge integer", "DELETE FROM invoices WHERE id = 5 LIMIT 1", "DELETE FROM invoices WHERE id = 5 LIMIT 18446744073709551616"},
 		{"huge decimal", "DELETE FROM invoices WHERE amount = 1.5", "DELETE FROM invoices WHERE amount = 1" + strings.Repeat("0", 90) + ".5"},
