@@ -130,7 +130,10 @@ func (h *Handler) auth(next http.Handler) http.Handler {
 }
 
 // connections lists the client connections as JSON lines, by id.
-func (h *Handler) connections(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) connections(w http.ResponseWriter, r *http.Request) {
+	if !knownParams(w, r.URL.Query()) {
+		return
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
 	for _, c := range h.Sessions.Connections() {
@@ -156,6 +159,9 @@ func (h *Handler) closeConnection(w http.ResponseWriter, r *http.Request) {
 // leases lists the leases as JSON lines; 503 when the proxy has no account
 // of its own to read them with, or the database fails.
 func (h *Handler) leases(w http.ResponseWriter, r *http.Request) {
+	if !knownParams(w, r.URL.Query()) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	ls, err := h.Sessions.Leases(ctx)

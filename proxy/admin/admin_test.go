@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // TestReadyzDrainingAtOnce: once Draining reports true, /readyz answers 503
@@ -56,15 +58,54 @@ func TestBearer(t *testing.T) {
 	}
 }
 
-// TestUnknownParameters: /audit, /config, /status, /pause answer 400
-// naming a parameter they do not take.
+// fakeControl counts the pauses and resumes it is asked for.
+type fakeControl struct{ pauses, resumes int }
+
+func (f *fakeControl) Pause(proxy.PauseOptions) proxy.PauseState {
+	f.pauses++
+	return proxy.PauseState{Paused: true}
+}
+func (f *fakeControl) Resume() proxy.PauseState     { f.resumes++; return proxy.PauseState{} }
+func (f *fakeControl) PauseState() proxy.PauseState { return proxy.PauseState{} }
+func (f *fakeControl) Paused() bool                 { return false }
+
+// fakeSessions has no connections and no leases.
+type fakeSessions struct{}
+
+func (fakeSessions) Connections() []proxy.ConnInfo                     { return nil }
+func (fakeSessions) CloseConnection(uint64) bool                       { return false }
+func (fakeSessions) Leases(context.Context) ([]proxy.LeaseInfo, error) { return nil, nil }
+
+// TestUnknownParameters: every endpoint behind the token answers 400
+// naming a parameter it does not take, and does nothing else: a
+// misspelt filter would return everything, a misspelt hold would pause
+// without holding.
 func TestUnknownParameters(t *testing.T) {
-	h := &Handler{Gatherer: prometheus.NewRegistry(), Audit: nil}
-	for _, u := range []string{"/audit?reasn=stale_token", "/status?x=1"} {
+	ctl := &fakeControl{}
+	h := &Handler{Gatherer: prometheus.NewRegistry(), Audit: nil, Control: ctl, Sessions: fakeSessions{},
+		Config: func() ConfigState { return ConfigState{} }}
+	for _, u := range []string{"GET /audit?reasn=stale_token", "GET /status?x=1", "GET /config?pending=1",
+		"GET /connections?user=x", "GET /leases?lease=x", "POST /pause?hld=true", "POST /pause?hold=true&timout=1m", "POST /resume?now=1"} {
+		method, path, _ := strings.Cut(u, " ")
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", u, nil))
+		h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "unknown parameter") {
 			t.Errorf("%s: %d %q", u, rec.Code, rec.Body.String())
 		}
+	}
+	if ctl.pauses != 0 || ctl.resumes != 0 {
+		t.Errorf("refused requests paused %d and resumed %d times", ctl.pauses, ctl.resumes)
+	}
+	// The parameters they take are taken.
+	for _, u := range []string{"POST /pause?hold=true&timeout=1m", "POST /resume"} {
+		method, path, _ := strings.Cut(u, " ")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("%s: %d %q", u, rec.Code, rec.Body.String())
+		}
+	}
+	if ctl.pauses != 1 || ctl.resumes != 1 {
+		t.Errorf("paused %d and resumed %d times, want 1 and 1", ctl.pauses, ctl.resumes)
 	}
 }
