@@ -7,8 +7,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,91 +183,6 @@ func jsonLogLines(t *testing.T, out string) []map[string]any {
 		lines = append(lines, m)
 	}
 	return lines
-}
-
-// restartableForwarder relays TCP to target; restart closes every relayed
-// connection and refuses new ones for a while, as a server restart does.
-type restartableForwarder struct {
-	addr, target string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
-
-func startRestartableForwarder(t *testing.T, target string) *restartableForwarder {
-	t.Helper()
-	f := &restartableForwarder{target: target, conns: map[net.Conn]struct{}{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.addr = ln.Addr().String()
-	f.serve(ln)
-	t.Cleanup(func() { f.down(); f.wg.Wait() })
-	return f
-}
-
-func (f *restartableForwarder) serve(ln net.Listener) {
-	f.mu.Lock()
-	f.ln = ln
-	f.mu.Unlock()
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			cc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			sc, err := net.Dial("tcp", f.target)
-			if err != nil {
-				cc.Close()
-				continue
-			}
-			f.mu.Lock()
-			f.conns[cc], f.conns[sc] = struct{}{}, struct{}{}
-			f.mu.Unlock()
-			f.wg.Add(2)
-			pipe := func(dst, src net.Conn) {
-				defer f.wg.Done()
-				io.Copy(dst, src)
-				dst.Close()
-				src.Close()
-			}
-			go pipe(sc, cc)
-			go pipe(cc, sc)
-		}
-	}()
-}
-
-// down closes the listener and every relayed connection.
-func (f *restartableForwarder) down() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ln != nil {
-		f.ln.Close()
-		f.ln = nil
-	}
-	for c := range f.conns {
-		c.Close()
-		delete(f.conns, c)
-	}
-}
-
-// restart goes down for d, then listens on the same address again.
-func (f *restartableForwarder) restart(t *testing.T, d time.Duration) {
-	t.Helper()
-	f.down()
-	time.Sleep(d) // the outage itself, not a synchronisation
-	var ln net.Listener
-	var err error
-	eventually(t, 5*time.Second, "the forwarder's port again", func() bool {
-		ln, err = net.Listen("tcp", f.addr)
-		return err == nil
-	})
-	f.serve(ln)
 }
 
 // syncBuffer is a log destination the test reads while the proxy writes.

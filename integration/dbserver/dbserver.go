@@ -9,6 +9,7 @@
 package dbserver
 
 import (
+	"context"
 	"crypto/tls"
 	"database/sql"
 	"fmt"
@@ -137,6 +138,18 @@ func (s *Server) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// Restart shuts the server down (SIGTERM: its own clean shutdown, which
+// ends every client's session) and starts it again with the same data on
+// the same address, as clients see a server restart. ctx bounds the
+// start. Not for an external server.
+func (s *Server) Restart(ctx context.Context) error {
+	if s.proc == nil {
+		return fmt.Errorf("dbserver: no server process to restart")
+	}
+	s.proc.SocketPassword = s.rootCfg.Passwd // set up by SetupAccounts
+	return s.proc.Restart(ctx)
 }
 
 // Kill ends the server process at once with SIGKILL, as a crash would (no

@@ -41,6 +41,11 @@ type Process struct {
 
 	Addr string // 127.0.0.1:port, set by Launch
 
+	// What Launch started, for Restart.
+	bin     Binary
+	datadir string
+	port    int
+
 	cmd    *exec.Cmd     // nil when not running
 	exited chan struct{} // closed when cmd has been waited for
 }
@@ -71,6 +76,7 @@ func (p *Process) Launch(ctx context.Context, bin Binary, datadir string) error 
 		err = p.run(ctx, bin, datadir, port)
 		if err == nil {
 			p.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			p.bin, p.datadir, p.port = bin, datadir, port
 			return nil
 		}
 		log := p.LogTail(40)
@@ -78,6 +84,37 @@ func (p *Process) Launch(ctx context.Context, bin Binary, datadir string) error 
 			continue
 		}
 		return fmt.Errorf("mysqld: %w\nerror log %s:\n%s", err, p.LogFile, log)
+	}
+}
+
+// Restart stops the server Launch started (SIGTERM: the server's own
+// shutdown, which ends its clients' sessions) and starts it again with the
+// same datadir on the same port, as clients see a server restart. The
+// socket login needs SocketPassword once the accounts are set up.
+func (p *Process) Restart(ctx context.Context) error {
+	if p.datadir == "" {
+		return fmt.Errorf("mysqld: Restart of a server Launch did not start")
+	}
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		os.Remove(p.LogFile)
+		err := p.run(ctx, p.bin, p.datadir, p.port)
+		if err == nil {
+			return nil
+		}
+		log := p.LogTail(40)
+		if attempt < attempts && (strings.Contains(log, "Address already in use") || strings.Contains(log, "Bind on TCP/IP port")) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond): // the port's old sockets to go
+			}
+			continue
+		}
+		return fmt.Errorf("mysqld: restart: %w\nerror log %s:\n%s", err, p.LogFile, log)
 	}
 }
 
