@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -68,10 +69,12 @@ func leafSerial(t *testing.T, certFile string) *big.Int {
 }
 
 // TestCertificatesReloadOnSIGHUP: on SIGHUP the binary reads the client
-// TLS certificate, the admin endpoint's and the backend CA again; new
-// handshakes get the new ones, connections open across the reload go on;
-// a file that does not load keeps the certificate in use, says so in the
-// log and sets fenceproxy_certificate_last_reload_successful to 0.
+// TLS certificate, the admin endpoint's, the backend CA and the client
+// certificate it shows the backend again; new handshakes get the new
+// ones, connections open across a reload (MySQL over TLS, a kept-alive
+// admin HTTPS connection) go on; a file that does not load keeps the
+// certificate in use, says so in the log and sets
+// fenceproxy_certificate_last_reload_successful to 0.
 func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 	s := dbtest.SharedTLS(t)
 	dir := t.TempDir()
@@ -90,16 +93,26 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 	clientCert, clientKey := filepath.Join(live, "client-cert.pem"), filepath.Join(live, "client-key.pem")
 	adminCert, adminKey := filepath.Join(live, "admin-cert.pem"), filepath.Join(live, "admin-key.pem")
 	backendCA := filepath.Join(live, "backend-ca.pem")
+	// The certificate the proxy shows the backend: A's client certificate
+	// at first, which the backend's CA did not sign.
+	backendCert, backendKey := filepath.Join(live, "backend-cert.pem"), filepath.Join(live, "backend-key.pem")
 	for dst, src := range map[string]string{clientCert: a.ServerCertFile, clientKey: a.ServerKeyFile,
-		adminCert: a.ServerCertFile, adminKey: a.ServerKeyFile, backendCA: b.CAFile} {
+		adminCert: a.ServerCertFile, adminKey: a.ServerKeyFile, backendCA: b.CAFile,
+		backendCert: a.ClientCertFile, backendKey: a.ClientKeyFile} {
 		replaceFile(t, dst, readFile(t, src))
 	}
+	// An account the backend lets in only with a certificate its CA signed.
+	root := dbtest.Open(t, s.RootDSN(""))
+	x509User := fmt.Sprintf("fp_x509_%d", time.Now().UnixNano()%1e6)
+	mustExec(t, root, "CREATE USER '"+x509User+"'@'%' IDENTIFIED BY 'x509-Pw-1' REQUIRE X509")
+	t.Cleanup(func() { root.Exec("DROP USER IF EXISTS '" + x509User + "'@'%'") })
 	bin := buildFenceproxy(t)
 	sp := startServe(t, bin, func(listen, admin string) string {
 		return "listen: " + listen + "\nadmin: " + admin + "\nlog_format: json\n" +
 			"client_tls: {cert_file: " + clientCert + ", key_file: " + clientKey + "}\n" +
 			"admin_tls: {cert_file: " + adminCert + ", key_file: " + adminKey + "}\n" +
-			"backend:\n  address: " + s.Addr + "\n  tls: verify-ca\n  ca_file: " + backendCA + "\n"
+			"backend:\n  address: " + s.Addr + "\n  tls: verify-ca\n  ca_file: " + backendCA + "\n" +
+			"  cert_file: " + backendCert + "\n  key_file: " + backendKey + "\n"
 	})
 
 	// Clients trust both CAs and note the certificate served.
@@ -113,7 +126,8 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 	}
 	t.Cleanup(func() { mysql.DeregisterTLSConfig(tlsName) })
 	dsn := dbserver.AppUser + ":" + dbserver.AppPassword + "@tcp(" + sp.addr + ")/?tls=" + tlsName
-	connect := func() (*sql.DB, *sql.Conn, error) {
+	x509DSN := x509User + ":x509-Pw-1@tcp(" + sp.addr + ")/?tls=" + tlsName
+	connectAs := func(dsn string) (*sql.DB, *sql.Conn, error) {
 		db, err := sql.Open("mysql", dsn)
 		if err != nil {
 			return nil, nil, err
@@ -129,6 +143,16 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 			return nil, nil, err
 		}
 		return db, c, nil
+	}
+	connect := func() (*sql.DB, *sql.Conn, error) { return connectAs(dsn) }
+	// x509Login: does the backend take the proxy's client certificate?
+	x509Login := func() error {
+		db, c, err := connectAs(x509DSN)
+		if err == nil {
+			c.Close()
+			db.Close()
+		}
+		return err
 	}
 	var adminSerial servedSerial
 	reused := false
@@ -164,13 +188,26 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 		t.Fatal("the admin endpoint does not serve A's certificate")
 	}
 
-	// Reload 1: B's client and admin certificates, the backend's own CA.
+	// Reload 1: the backend's own CA; the proxy still shows the backend
+	// A's client certificate, which the backend's CA did not sign. The
+	// server ends the login (TLS 1.3: after the proxy's side of the
+	// handshake is done), and the client is told so with 9001.
 	replaceFile(t, backendCA, readFile(t, s.Certs.CAFile))
+	sp.hup(t, 1)
+	var me *mysql.MySQLError
+	if _, _, err := connect(); !errors.As(err, &me) || me.Number != 9001 || !strings.Contains(me.Message, "backend.cert_file") {
+		t.Fatalf("with a client certificate the backend does not take: %v, want ERR 9001 naming backend.cert_file", err)
+	}
+
+	// Reload 2: B's client and admin certificates, and a client
+	// certificate for the backend that its CA signed.
+	replaceFile(t, backendCert, readFile(t, s.Certs.ClientCertFile))
+	replaceFile(t, backendKey, readFile(t, s.Certs.ClientKeyFile))
 	replaceFile(t, clientCert, readFile(t, b.ServerCertFile))
 	replaceFile(t, clientKey, readFile(t, b.ServerKeyFile))
 	replaceFile(t, adminCert, readFile(t, b.ServerCertFile))
 	replaceFile(t, adminKey, readFile(t, b.ServerKeyFile))
-	sp.hup(t, 1)
+	sp.hup(t, 2)
 	db1, c1, err := connect()
 	if err != nil {
 		t.Fatalf("after the reload: %v", err)
@@ -180,13 +217,16 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 	if mysqlSerial.v.Load().Cmp(leafSerial(t, b.ServerCertFile)) != 0 {
 		t.Error("new MySQL connections do not get B's certificate")
 	}
+	if err := x509Login(); err != nil {
+		t.Errorf("REQUIRE X509 after reloading the backend client certificate: %v", err)
+	}
 	adminGet("/healthz") // a new connection? the transport may reuse; force one
 	adminClient.CloseIdleConnections()
 	adminGet("/healthz")
 	if adminSerial.v.Load().Cmp(leafSerial(t, b.ServerCertFile)) != 0 {
 		t.Error("the admin endpoint does not serve B's certificate after the reload")
 	}
-	for _, cert := range []string{"client_tls", "admin_tls", "backend_ca"} {
+	for _, cert := range []string{"client_tls", "admin_tls", "backend_ca", "backend_client"} {
 		if got := metric("fenceproxy_certificate_last_reload_successful", cert); got != "1" {
 			t.Errorf("%s reload successful = %s", cert, got)
 		}
@@ -195,12 +235,13 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 		}
 	}
 
-	// Reload 2: broken files. What is in use stays; open connections go on.
+	// Reload 3: broken files. What is in use stays; open connections go on.
+	replaceFile(t, backendKey, []byte("garbage"))
 	replaceFile(t, clientCert, []byte("not a certificate\n"))
 	replaceFile(t, adminKey, []byte("-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n"))
 	replaceFile(t, backendCA, []byte("garbage"))
 	adminGet("/healthz") // a kept-alive admin connection, across the reload
-	sp.hup(t, 2)
+	sp.hup(t, 3)
 	eventually(t, 10*time.Second, "the failed certificate reload in the log", func() bool {
 		return strings.Count(sp.stderr(), "certificate reload failed") >= 2
 	})
@@ -222,7 +263,10 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 		t.Error("a failed reload changed the certificate served")
 	}
 	adminClient.CloseIdleConnections()
-	for _, cert := range []string{"client_tls", "admin_tls", "backend_ca"} {
+	if err := x509Login(); err != nil {
+		t.Errorf("REQUIRE X509 after a broken backend key: %v (the certificate loaded before must stay)", err)
+	}
+	for _, cert := range []string{"client_tls", "admin_tls", "backend_ca", "backend_client"} {
 		if got := metric("fenceproxy_certificate_last_reload_successful", cert); got != "0" {
 			t.Errorf("%s reload successful = %s after broken files, want 0", cert, got)
 		}
@@ -235,15 +279,57 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 	for _, l := range lines {
 		if l["msg"] == "certificate reload failed; the certificates loaded before stay in use" {
 			e, _ := l["err"].(string)
-			for _, k := range []string{"client_tls", "admin_tls", "backend CA"} {
+			for _, k := range []string{"client_tls", "admin_tls", "backend CA", "backend client certificate"} {
 				if strings.Contains(e, k) {
 					said[k] = true
 				}
 			}
 		}
 	}
-	if len(said) != 3 {
-		t.Errorf("the log names %v of client_tls, admin_tls and the backend CA", said)
+	if len(said) != 4 {
+		t.Errorf("the log names %v of client_tls, admin_tls, the backend CA and client certificate", said)
+	}
+
+	// Reload 4: good files again (A's for clients and the admin endpoint):
+	// the connections open across it (c1 and c2 over TLS, the kept-alive
+	// admin connection) go on, new ones get A's certificate.
+	replaceFile(t, clientCert, readFile(t, a.ServerCertFile))
+	replaceFile(t, clientKey, readFile(t, a.ServerKeyFile))
+	replaceFile(t, adminCert, readFile(t, a.ServerCertFile))
+	replaceFile(t, adminKey, readFile(t, a.ServerKeyFile))
+	replaceFile(t, backendCA, readFile(t, s.Certs.CAFile))
+	replaceFile(t, backendKey, readFile(t, s.Certs.ClientKeyFile))
+	adminGet("/healthz")
+	sp.hup(t, 4)
+	adminGet("/healthz")
+	if !reused {
+		t.Error("the admin connection opened before a successful reload was not reused after it")
+	}
+	for _, c := range []*sql.Conn{c1, c2} {
+		if err := c.QueryRowContext(context.Background(), "SELECT 1").Scan(&one); err != nil {
+			t.Errorf("a TLS connection open across a successful reload: %v", err)
+		}
+	}
+	db3, c3, err := connect()
+	if err != nil {
+		t.Fatalf("after reload 4: %v", err)
+	}
+	if mysqlSerial.v.Load().Cmp(leafSerial(t, a.ServerCertFile)) != 0 {
+		t.Error("new MySQL connections do not get A's certificate after reload 4")
+	}
+	c3.Close()
+	db3.Close()
+	if err := x509Login(); err != nil {
+		t.Errorf("REQUIRE X509 after reload 4: %v", err)
+	}
+	adminClient.CloseIdleConnections()
+	for _, cert := range []string{"client_tls", "admin_tls", "backend_ca", "backend_client"} {
+		if got := metric("fenceproxy_certificate_last_reload_successful", cert); got != "1" {
+			t.Errorf("%s reload successful = %s after good files again", cert, got)
+		}
+	}
+	if adminSerial.v.Load().Cmp(leafSerial(t, a.ServerCertFile)) != 0 {
+		t.Error("the admin endpoint does not serve A's certificate after reload 4")
 	}
 	c1.Close()
 	c2.Close()

@@ -134,10 +134,10 @@ func (c *clientConn) handshake(rt *runtime) error {
 		bseq = 2
 	}
 	if _, err := c.backend.WritePacket(bseq, ch.forBackend(offered, useBackendTLS, len(ch.raw))); err != nil {
-		return err
+		return c.backendLostAtLogin(cseq, err)
 	}
 	if err := c.backend.Flush(); err != nil {
-		return err
+		return c.backendLostAtLogin(cseq, err)
 	}
 	plugin := hs.plugin
 	if ch.plugin != "" {
@@ -234,7 +234,7 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 	for {
 		p, s, err := c.backend.ReadPacket(nil, wire.MaxWholePacket)
 		if err != nil {
-			return false, err
+			return false, c.backendLostAtLogin(cseq, err)
 		}
 		bseq = s
 		a, err := wire.ParseAuth(p)
@@ -286,12 +286,27 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 		}
 		bseq++
 		if _, err := c.backend.WritePacket(bseq, resp); err != nil {
-			return false, err
+			return false, c.backendLostAtLogin(cseq, err)
 		}
 		if err := c.backend.Flush(); err != nil {
-			return false, err
+			return false, c.backendLostAtLogin(cseq, err)
 		}
 	}
+}
+
+// backendLostAtLogin answers the client, whose last packet had sequence
+// number cseq, with ERR 9001 when the backend connection breaks during
+// the login: the client would otherwise see its connection closed with no
+// reason. Over TLS this is how a server refuses the proxy's client
+// certificate (with TLS 1.3 the proxy's side of the handshake is done
+// before the server has checked it). err is returned as it is.
+func (c *clientConn) backendLostAtLogin(cseq byte, err error) error {
+	msg := "fenceproxy: the backend ended the connection during the login: " + err.Error()
+	if c.backendTLS {
+		msg += " (over TLS a server ends it so when it does not accept the client certificate the proxy shows it, backend.cert_file)"
+	}
+	c.writeAuthError(cseq+1, erBackendUnavailable, "HY000", msg)
+	return err
 }
 
 // bridgeFullAuth completes caching_sha2_password's full authentication when
