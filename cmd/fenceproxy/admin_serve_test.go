@@ -129,6 +129,24 @@ func TestServeAdminTLSAndToken(t *testing.T) {
 			t.Errorf("GET %s with token %q: %d, want %d", tt.path, tt.token, got, tt.want)
 		}
 	}
+	// fenceproxy admin reads the token and admin_tls from the same config:
+	// it trusts admin_tls.cert_file, and --ca-file the CA that signed it.
+	for _, extra := range [][]string{nil, {"--ca-file", certs.CAFile}} {
+		r := cli(t, append([]string{"admin", "--config", cfgPath, "--address", addr, "status"}, extra...)...)
+		wantCode(t, r, exitOK, "admin status over admin_tls "+strings.Join(extra, " "))
+		if !strings.Contains(r.stdout, "not paused") {
+			t.Errorf("admin status over admin_tls: %q", r.stdout)
+		}
+	}
+	// Without admin_tls in its config the CLI speaks plain HTTP, which the
+	// endpoint does not serve: 3, unreachable or an error.
+	plain := filepath.Join(dir, "plain.yaml")
+	if err := os.WriteFile(plain, []byte("admin: "+addr+"\nadmin_auth: {token_file: admin-token}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := cli(t, "admin", "--config", plain, "status"); r.code != exitDB {
+		t.Errorf("admin status in plain HTTP to an HTTPS endpoint: exit %d, want %d\n%s", r.code, exitDB, r.stderr)
+	}
 	// Plain HTTP is not served.
 	resp, err := http.Get("http://" + addr + "/healthz")
 	if err == nil {
