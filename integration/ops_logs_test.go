@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -300,7 +301,8 @@ func TestJSONLogUnderStaleStormAndBackendRestart(t *testing.T) {
 // TestLoginFailuresLoggedAndCounted: a refused login is logged with the
 // user, the client, the server's error code and a reason, and counted as
 // an authentication failure only for a wrong password (1045), not for an
-// unknown or forbidden database (1049, 1044).
+// unknown or forbidden database (1049, 1044); a refused COM_CHANGE_USER
+// the same way.
 func TestLoginFailuresLoggedAndCounted(t *testing.T) {
 	s := dbtest.Shared(t)
 	var out syncBuffer
@@ -328,19 +330,36 @@ func TestLoginFailuresLoggedAndCounted(t *testing.T) {
 			t.Fatalf("%s to %q: %v, want error %d", tc.user, tc.db, err, tc.code)
 		}
 	}
-	// The proxy counts and logs a refused login after the client has its
-	// ERR: wait for the four before reading the counters.
-	eventually(t, 5*time.Second, "4 login lines", func() bool { return strings.Count(out.String(), `"msg":"login failed"`) == 4 })
-	if got := testutilCounter(t, tp.Reg, "fenceproxy_auth_failures_total"); got != 2 {
-		t.Errorf("auth_failures_total %v, want 2 (the 1045s)", got)
+	// COM_CHANGE_USER on a session that logged in.
+	for _, tc := range []struct {
+		user, pw, db string
+		code         uint16
+	}{
+		{dbserver.AppUser, "wrong", "", 1045},
+		{user, pw, "mysql", 1044},
+	} {
+		w := appWire(t, tp.Addr, "")
+		resp, err := w.changeUser(tc.user, tc.pw, tc.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := resp.Packets[len(resp.Packets)-1].Payload
+		if len(last) < 3 || last[0] != 0xff || binary.LittleEndian.Uint16(last[1:3]) != tc.code {
+			t.Fatalf("COM_CHANGE_USER to %s %q: %v, want ERR %d", tc.user, tc.db, resp, tc.code)
+		}
 	}
-	for reason, want := range map[string]float64{"authentication": 2, "database": 2, "host": 0, "limit": 0, "other": 0} {
+	// The proxy counts and logs a refused login after the client has its
+	// ERR: wait for the six before reading the counters.
+	eventually(t, 5*time.Second, "6 login lines", func() bool { return strings.Count(out.String(), `"msg":"login failed"`) == 6 })
+	if got := testutilCounter(t, tp.Reg, "fenceproxy_auth_failures_total"); got != 3 {
+		t.Errorf("auth_failures_total %v, want 3 (the 1045s)", got)
+	}
+	for reason, want := range map[string]float64{"authentication": 3, "database": 3, "host": 0, "limit": 0, "other": 0} {
 		if got := series(t, tp.Reg, "fenceproxy_login_failures_total", map[string]string{"reason": reason}); got != want {
 			t.Errorf("login_failures_total{reason=%q} %v, want %v", reason, got, want)
 		}
 	}
-	eventually(t, 5*time.Second, "4 login lines", func() bool { return strings.Count(out.String(), `"msg":"login failed"`) == 4 })
-	found := map[string]bool{}
+	found := map[string]int{}
 	for _, l := range jsonLogLines(t, out.String()) {
 		if l["msg"] != "login failed" {
 			continue
@@ -348,12 +367,12 @@ func TestLoginFailuresLoggedAndCounted(t *testing.T) {
 		if c, _ := l["client"].(string); !strings.HasPrefix(c, "127.0.0.1:") {
 			t.Errorf("login line without the client: %v", l)
 		}
-		found[fmt.Sprintf("%v %v %v", l["user"], l["code"], l["reason"])] = true
+		found[fmt.Sprintf("%v %v %v", l["user"], l["code"], l["reason"])]++
 	}
-	for _, want := range []string{dbserver.AppUser + " 1045 authentication", "nobody 1045 authentication",
-		dbserver.AppUser + " 1049 database", user + " 1044 database"} {
-		if !found[want] {
-			t.Errorf("no login line %q in %v", want, found)
+	for want, n := range map[string]int{dbserver.AppUser + " 1045 authentication": 2, "nobody 1045 authentication": 1,
+		dbserver.AppUser + " 1049 database": 1, user + " 1044 database": 2} {
+		if found[want] != n {
+			t.Errorf("%d login lines %q, want %d, in %v", found[want], want, n, found)
 		}
 	}
 	if strings.Contains(out.String(), "wrong") {
