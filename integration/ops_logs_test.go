@@ -216,9 +216,11 @@ func TestJSONLogUnderStaleStormAndBackendRestart(t *testing.T) {
 		return metric("fenceproxy_audit_table_written_total")+metric("fenceproxy_audit_table_dropped_total") == float64(fileRecords())
 	})
 	tableWritten, tableDropped := metric("fenceproxy_audit_table_written_total"), metric("fenceproxy_audit_table_dropped_total")
-	t.Logf("audit table: %v written, %v dropped", tableWritten, tableDropped)
-	if rows := o.auditRows(t); float64(rows) != tableWritten || tableWritten < float64(beforeRejected+beforeRefused) {
-		t.Errorf("fenced_audit has %d rows; %v written, %v before the restart", rows, tableWritten, beforeRejected+beforeRefused)
+	tableFailed := metric(`fenceproxy_audit_write_errors_total{destination="table"}`)
+	t.Logf("audit table: %v written, %v dropped (%v of them failed INSERTs)", tableWritten, tableDropped, tableFailed)
+	// An INSERT the restart cut off may have committed all the same.
+	if rows := float64(o.auditRows(t)); rows < tableWritten || rows > tableWritten+tableFailed || tableWritten < float64(beforeRejected+beforeRefused) {
+		t.Errorf("fenced_audit has %v rows; %v written, %v failed, %v before the restart", rows, tableWritten, tableFailed, beforeRejected+beforeRefused)
 	}
 
 	// net/http's own complaint: a TLS handshake error on the admin port.
