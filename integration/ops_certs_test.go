@@ -195,8 +195,21 @@ func TestCertificatesReloadOnSIGHUP(t *testing.T) {
 	replaceFile(t, backendCA, readFile(t, s.Certs.CAFile))
 	sp.hup(t, 1)
 	var me *mysql.MySQLError
+	dialFailures := func() string {
+		t.Helper()
+		for _, l := range strings.Split(adminGet("/metrics"), "\n") {
+			if v, ok := strings.CutPrefix(l, "fenceproxy_backend_dial_failures_total "); ok {
+				return v
+			}
+		}
+		return "absent"
+	}
+	before := dialFailures()
 	if _, _, err := connect(); !errors.As(err, &me) || me.Number != 9001 || !strings.Contains(me.Message, "backend.cert_file") {
 		t.Fatalf("with a client certificate the backend does not take: %v, want ERR 9001 naming backend.cert_file", err)
+	}
+	if after := dialFailures(); after == before {
+		t.Errorf("fenceproxy_backend_dial_failures_total %s before and after a login the backend ended", after)
 	}
 
 	// Reload 2: B's client and admin certificates, and a client

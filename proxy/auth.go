@@ -299,8 +299,10 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 // the login: the client would otherwise see its connection closed with no
 // reason. Over TLS this is how a server refuses the proxy's client
 // certificate (with TLS 1.3 the proxy's side of the handshake is done
-// before the server has checked it). err is returned as it is.
+// before the server has checked it), so it counts as a failed connection
+// to the backend. err is returned as it is.
 func (c *clientConn) backendLostAtLogin(cseq byte, err error) error {
+	c.p.metrics.backendDialFailed() // no login gets through: as a failed TLS handshake
 	msg := "fenceproxy: the backend ended the connection during the login: " + err.Error()
 	if c.backendTLS {
 		msg += " (over TLS a server ends it so when it does not accept the client certificate the proxy shows it, backend.cert_file)"
