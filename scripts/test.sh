@@ -6,7 +6,7 @@
 # tidb-server (or uses FENCEPROXY_TEST_TIDB_DSN); this script only makes sure
 # the binaries and promtool exist, installing Debian's mariadb-server,
 # galera-4, rsync, iproute2 (ss, used by the rsync state transfer),
-# mariadb-plugin-connect, mariadb-plugin-spider and prometheus when they are missing and building tidb-server
+# mariadb-plugin-connect, mariadb-plugin-spider, prometheus and haproxy when they are missing and building tidb-server
 # (scripts/tidb-server.sh) into its cache, and makes a missing server a
 # failure instead of a skip, and runs every tier (FENCEPROXY_TEST_TIER=all:
 # the tests in unit packages that need a server too; make unit runs the
@@ -59,6 +59,18 @@ if ! command -v promtool >/dev/null; then
 fi
 promtool check rules configs/alerts.yml
 promtool test rules configs/alerts_test.yml
+
+# haproxy (Debian's package) is the load balancer the PROXY protocol tests
+# put in front of the proxy (send-proxy, send-proxy-v2); they start their
+# own on loopback, and fail without it under FENCEPROXY_REQUIRE_SERVER. The
+# package's service is not wanted, as prometheus's above.
+if ! command -v haproxy >/dev/null && [[ ! -x /usr/sbin/haproxy ]]; then
+  echo "test.sh: haproxy not found; installing haproxy with apt-get" >&2
+  sudo=""; [[ $(id -u) == 0 ]] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy >/dev/null ||
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
+  if [[ -d /run/systemd/system ]]; then $sudo systemctl disable --now haproxy >/dev/null 2>&1 || true; fi
+fi
 
 # The TiDB tests run against a tidb-server built from source and cached
 # outside the repository; the first run on a machine builds it.
