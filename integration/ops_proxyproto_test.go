@@ -94,8 +94,10 @@ func TestProxyProtocolThroughHAProxy(t *testing.T) {
 	s := dbtest.Shared(t)
 	o := newOpsDB(t, s)
 	var logs syncBuffer
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg, err := policy.Parse("test.yaml", []byte("listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: "+s.Addr+"\n"+
-		o.tablesYAML()+"catalog:\n  refresh: 0s\ntimeouts:\n  handshake: 2s\nproxy_protocol:\n  trusted_cidrs: [127.0.0.1]\n"))
+		o.tablesYAML()+"catalog:\n  refresh: 0s\ntimeouts:\n  handshake: 2s\nproxy_protocol:\n  trusted_cidrs: [127.0.0.1]\n"+
+		"audit:\n  file: "+auditFile+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +147,20 @@ func TestProxyProtocolThroughHAProxy(t *testing.T) {
 			}
 			if rec.Client != info.Client || rec.ClientHost != "127.0.0.2" {
 				t.Errorf("audit record client %q host %q, want %q", rec.Client, rec.ClientHost, info.Client)
+			}
+			// The audit file has the same.
+			var inFile audit.Record
+			eventually(t, 10*time.Second, "the record in the audit file", func() bool {
+				for _, r := range auditFileRecords(t, auditFile) {
+					if r.Lease == l.Name {
+						inFile = r
+						return true
+					}
+				}
+				return false
+			})
+			if inFile.Client != info.Client || inFile.ClientHost != "127.0.0.2" {
+				t.Errorf("audit file record client %q host %q, want %q", inFile.Client, inFile.ClientHost, info.Client)
 			}
 			if !strings.Contains(logs.String(), `"client":"`+info.Client+`"`) {
 				t.Errorf("no log line with client %s", info.Client)
