@@ -295,17 +295,17 @@ func (c *clientConn) relayAuth(cseq, bseq byte, plugin string) (bool, error) {
 }
 
 // backendLostAtLogin answers the client, whose last packet had sequence
-// number cseq, with ERR 9001 when the backend connection breaks during
-// the login: the client would otherwise see its connection closed with no
-// reason. Over TLS this is how a server refuses the proxy's client
+// number cseq, with ERR 9001 when the backend connection fails during the
+// login (closed, reset, timed out): the client would otherwise see its
+// connection closed with no reason. Over TLS this is how a server refuses the proxy's client
 // certificate (with TLS 1.3 the proxy's side of the handshake is done
 // before the server has checked it), so it counts as a failed connection
 // to the backend. err is returned as it is.
 func (c *clientConn) backendLostAtLogin(cseq byte, err error) error {
 	c.p.metrics.backendDialFailed() // no login gets through: as a failed TLS handshake
-	msg := "fenceproxy: the backend ended the connection during the login: " + err.Error()
+	msg := "fenceproxy: the connection to the backend failed during the login: " + err.Error()
 	if c.backendTLS {
-		msg += " (over TLS a server ends it so when it does not accept the client certificate the proxy shows it, backend.cert_file)"
+		msg += " (over TLS a server ends the connection here when it does not accept the proxy's client certificate, backend.cert_file)"
 	}
 	c.writeAuthError(cseq+1, erBackendUnavailable, "HY000", msg)
 	return err
