@@ -183,30 +183,46 @@ func catalogFingerprint(c *catalog.Closure, stale string) string {
 // read at a time for the whole proxy: a statement that arrived before a
 // read began is settled by it), then asks again with the runtime that read
 // installed; an object that read did not have either does not exist (or
-// is a temporary table) and is marked absent until the next read. ask is
-// the rewriter's Query or Prepare.
+// is a temporary table) and is marked absent until the next read. When no
+// such read completed (it failed, or took longer than catalogWait) nothing
+// is marked: the statement stays refused (fail closed). ask is the
+// rewriter's Query or Prepare.
 func (c *clientConn) freshCatalogFor(d rewrite.Decision, arrived time.Time,
 	ask func(*rewrite.Engine) rewrite.Decision) rewrite.Decision {
 	cw := c.p.catalog
 	if cw == nil {
 		return d
 	}
-	read := false
+	return settleUnknown(d, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), catalogWait)
+		defer cancel()
+		start := time.Now()
+		ok := cw.w.RefreshSince(ctx, arrived)
+		c.p.metrics.catalogWaits.Observe(time.Since(start).Seconds())
+		return ok
+	}, func() *rewrite.Engine { return c.p.rt.Load().engine }, ask)
+}
+
+// settleUnknown is freshCatalogFor's loop: read makes sure a catalog read
+// that began after the statement arrived has completed without error (and
+// reports whether one has), engine is the current rewriter.
+func settleUnknown(d rewrite.Decision, read func() bool, engine func() *rewrite.Engine,
+	ask func(*rewrite.Engine) rewrite.Decision) rewrite.Decision {
+	if d.Action != rewrite.Refuse || !d.Refusal.CatalogUnknown {
+		return d
+	}
+	if !read() {
+		// No read since the statement arrived: what the catalog lacks may
+		// exist. Ask again only for the current runtime's refusal (a
+		// failed read installs a stale one, which says why).
+		return ask(engine())
+	}
+	d = ask(engine())
 	for i := 0; i < maxUnknownObjects && d.Action == rewrite.Refuse && d.Refusal.CatalogUnknown; i++ {
-		if !read {
-			ctx, cancel := context.WithTimeout(context.Background(), catalogWait)
-			start := time.Now()
-			cw.w.RefreshSince(ctx, arrived)
-			cancel()
-			c.p.metrics.catalogWaits.Observe(time.Since(start).Seconds())
-			read = true
-			d = ask(c.p.rt.Load().engine)
-			continue
-		}
 		// Every runtime installed from now on comes from a read that began
 		// after the statement arrived (reads go one at a time), and this
 		// one had not the object either: absent, for this engine.
-		e := c.p.rt.Load().engine
+		e := engine()
 		e.MarkAbsent(d.Refusal.Unknown[0], d.Refusal.Unknown[1])
 		d = ask(e)
 	}

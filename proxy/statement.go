@@ -249,37 +249,78 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 }
 
 // decide asks the rewriter about a COM_QUERY text or a statement to
-// prepare, as the current policy says: when the answer depends on an
-// sql_mode the proxy could not track, it learns it and asks again; in shadow
-// mode what would be sent or refused is relayed as it came.
+// prepare, as the current policy says: when the answer depends on what the
+// proxy can learn (the catalog since the statement arrived, an sql_mode or
+// character set it could not track), it learns it and asks again (settle);
+// in shadow mode what would be sent or refused is relayed as it came.
 func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decision {
 	arrived := time.Now()
-	ask := rt.engine.Query
-	if prepare {
-		ask = rt.engine.Prepare
-	}
-	d := ask(sql, c.srv, &c.sess)
-	if d.Action == rewrite.Refuse && d.Refusal.CatalogUnknown {
-		d = c.freshCatalogFor(d, arrived, func(e *rewrite.Engine) rewrite.Decision {
-			if prepare {
-				return e.Prepare(sql, c.srv, &c.sess)
-			}
-			return e.Query(sql, c.srv, &c.sess)
-		})
-		ask = c.p.rt.Load().engine.Query
+	ask := func(e *rewrite.Engine) rewrite.Decision {
 		if prepare {
-			ask = c.p.rt.Load().engine.Prepare
+			return e.Prepare(sql, c.srv, &c.sess)
 		}
+		return e.Query(sql, c.srv, &c.sess)
 	}
-	if d.Action == rewrite.Refuse && d.Refusal.SQLModeUnknown && c.learnSQLMode() {
-		d = ask(sql, c.srv, &c.sess)
-	}
-	if d.Action == rewrite.Refuse && (c.charsetUnknown || d.Refusal.CharsetUnknown) && c.learnCharset() {
-		d = ask(sql, c.srv, &c.sess)
-	}
+	eng := rt.engine
+	d := settle(ask(eng), settler{
+		catalog: func(d rewrite.Decision) rewrite.Decision {
+			d = c.freshCatalogFor(d, arrived, ask)
+			eng = c.p.rt.Load().engine
+			return d
+		},
+		sqlMode: c.learnSQLMode,
+		charset: func(d rewrite.Decision) bool {
+			return (c.charsetUnknown || d.Refusal.CharsetUnknown) && c.learnCharset()
+		},
+		ask: func() rewrite.Decision { return ask(eng) },
+	})
 	d = c.unguardedRefusal(rt, d)
 	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
 		d = c.fence.shadow(rt, d, sql)
+	}
+	return d
+}
+
+// settler is what the proxy can do about a statement refused for what it
+// does not know yet: read the catalog again (freshCatalogFor), learn the
+// session's sql_mode or character set (each reports whether the reading
+// changed), and ask the rewriter again.
+type settler struct {
+	catalog func(rewrite.Decision) rewrite.Decision
+	sqlMode func() bool
+	charset func(rewrite.Decision) bool
+	ask     func() rewrite.Decision
+}
+
+// settle asks again until the refusal is not one the proxy can do
+// anything more about. Each answer is settled, not only the first: a
+// statement first refused because the session's sql_mode was unknown may,
+// once it is learned, be refused because it writes an object the catalog
+// never saw, and that refusal must have its catalog read (without it a
+// valid write to a table created a moment ago was refused for good).
+// sql_mode and the character set are learned at most once; the catalog is
+// read again for each new such refusal, until a read leaves one unsettled.
+func settle(d rewrite.Decision, s settler) rewrite.Decision {
+	mode, charset, catalogStuck := false, false, false
+	for catalogReads := 0; d.Action == rewrite.Refuse; {
+		switch {
+		case d.Refusal.CatalogUnknown && !catalogStuck && catalogReads < 3:
+			catalogReads++
+			d = s.catalog(d)
+			catalogStuck = d.Action == rewrite.Refuse && d.Refusal.CatalogUnknown
+		case d.Refusal.SQLModeUnknown && !mode:
+			mode = true
+			if s.sqlMode() {
+				d = s.ask()
+			}
+		case !charset:
+			charset = true
+			if s.charset(d) {
+				d = s.ask()
+			}
+		default:
+			return d
+		}
 	}
 	return d
 }

@@ -123,8 +123,11 @@ func (w *Watcher) Run(ctx context.Context) {
 
 // RefreshSince makes sure a refresh that began after t has completed:
 // it returns at once if one has, else waits for the one running and runs
-// one more if need be. ctx bounds the wait.
-func (w *Watcher) RefreshSince(ctx context.Context, t time.Time) {
+// one more if need be. ctx bounds the wait. It reports whether a refresh
+// that began after t completed without error: false when ctx ended first
+// or the refresh failed, and then nothing may be concluded from the
+// current state about the moment t (an object it does not have may exist).
+func (w *Watcher) RefreshSince(ctx context.Context, t time.Time) bool {
 	locked := make(chan struct{})
 	go func() {
 		w.refreshing.Lock()
@@ -134,15 +137,22 @@ func (w *Watcher) RefreshSince(ctx context.Context, t time.Time) {
 	case <-locked:
 	case <-ctx.Done():
 		go func() { <-locked; w.refreshing.Unlock() }()
-		return
+		return false
 	}
 	defer w.refreshing.Unlock()
-	w.mu.Lock()
-	done := w.lastBegan.After(t)
-	w.mu.Unlock()
-	if !done {
-		w.refresh(ctx)
+	if w.readSince(t) {
+		return true
 	}
+	w.refresh(ctx)
+	return w.readSince(t)
+}
+
+// readSince reports whether the last refresh that completed without error
+// began after t.
+func (w *Watcher) readSince(t time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastBegan.After(t)
 }
 
 // Refresh checks the catalog once and reloads it if it changed.
