@@ -415,11 +415,34 @@ func hasUDFTable(ctx context.Context, db *sql.DB) (bool, error) {
 // SHOW CREATE TABLE goes into the digest too (one round trip each, none
 // when there are none).
 func Digest(ctx context.Context, db *sql.DB) (string, error) {
+	d, _, err := digest(ctx, db)
+	return d, err
+}
+
+// digestCounts: how many rows of each kind a digest counted (tables,
+// views, triggers, routines, events), which a snapshot Load read after it
+// must have (covers) to be the catalog that digest saw.
+type digestCounts map[string]uint64
+
+// covers reports whether snap has as many objects of each kind as the
+// digest counted. It has not when an object changed between the digest and
+// Load's reading of its kind: one dropped and created again in between is
+// in the digest and not in the snapshot, and the digest taken after it is
+// created again equals this one; so the snapshot is stored with no digest
+// and the next refresh loads again.
+func (c digestCounts) covers(snap *catalog.Snapshot) bool {
+	return c["tables"] == uint64(len(snap.Tables)) && c["views"] == uint64(len(snap.Views)) &&
+		c["triggers"] == uint64(len(snap.Triggers)) && c["routines"] == uint64(len(snap.Routines)) &&
+		c["events"] == uint64(len(snap.Events))
+}
+
+func digest(ctx context.Context, db *sql.DB) (string, digestCounts, error) {
+	counts := digestCounts{}
 	h := sha256.New()
 	merges, forwarding := uint64(0), uint64(0)
 	udfs, err := hasUDFTable(ctx, db)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	q := digestQuery
 	if udfs {
@@ -440,11 +463,12 @@ func Digest(ctx context.Context, db *sql.DB) (string, error) {
 		case "forwarding":
 			forwarding = n
 		}
+		counts[kind] = n
 		lines = append(lines, fmt.Sprintf("%s %d %d\n", kind, n, sum))
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	sort.Strings(lines)
 	for _, l := range lines {
@@ -461,13 +485,13 @@ func Digest(ctx context.Context, db *sql.DB) (string, error) {
 			return err
 		})
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		q, args := fkAround(tables)
 		var n, sum uint64
 		err = db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(0x1f, "+fkColumns+"))), 0) FROM ("+q+") fk", args...).Scan(&n, &sum)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		fmt.Fprintf(h, "foreign keys around forwarding tables %d %d\n", n, sum)
 	}
@@ -481,7 +505,7 @@ func Digest(ctx context.Context, db *sql.DB) (string, error) {
 			return err
 		})
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		for _, n := range names {
 			create, err := showCreate(ctx, db, n.Schema, n.Name)
@@ -491,7 +515,7 @@ func Digest(ctx context.Context, db *sql.DB) (string, error) {
 			fmt.Fprintf(h, "merge %q %q %q\n", n.Schema, n.Name, create)
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), counts, nil
 }
 
 // IsBlind reports whether err is a *BlindError.

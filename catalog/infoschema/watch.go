@@ -49,7 +49,10 @@ type Watcher struct {
 	digest    string
 	loadedAt  time.Time
 	checks    uint64 // completed refreshes, successful or not
+	loads     uint64 // snapshots read in full
 	cond      *sync.Cond
+
+	beforeLoad func() // tests: runs between the digest and Load
 }
 
 // NewWatcher returns a Watcher over db (the catalog account's pool).
@@ -166,13 +169,21 @@ func (w *Watcher) refresh(ctx context.Context) {
 	began := time.Now()
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	d, err := Digest(qctx, w.db)
+	d, counts, err := digest(qctx, w.db)
 	var snap *catalog.Snapshot
 	w.mu.Lock()
 	same := err == nil && d == w.digest && w.state.Snapshot != nil && time.Since(w.loadedAt) < fullReload
 	w.mu.Unlock()
 	if err == nil && !same {
+		if w.beforeLoad != nil {
+			w.beforeLoad()
+		}
 		snap, err = Load(qctx, w.db)
+		if err == nil && !counts.covers(snap) {
+			// Not the catalog the digest saw: a later digest equal to this
+			// one must not pass for this snapshot.
+			d = ""
+		}
 	}
 	if ctx.Err() != nil {
 		return // stopping: not a failure of the catalog
@@ -192,6 +203,7 @@ func (w *Watcher) refresh(ctx context.Context) {
 		}
 		w.state = State{Snapshot: snap, Checked: now}
 		w.digest, w.loadedAt = d, now
+		w.loads++
 	}
 	next := w.state
 	if err == nil {
