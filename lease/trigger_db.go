@@ -67,6 +67,18 @@ func ReadTriggers(ctx context.Context, q queryer, schema, table string) ([]Insta
 	return out, nil
 }
 
+// BaseTableExists tells whether schema.table exists as a base table (not
+// a view): a protected table declared created_later may not yet, and has
+// no guards to check or install until it does.
+func BaseTableExists(ctx context.Context, q queryer, schema, table string) (bool, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND TABLE_TYPE = 'BASE TABLE'",
+		schema, table).Scan(&n); err != nil {
+		return false, fmt.Errorf("lease: reading whether %s.%s exists: %w", schema, table, err)
+	}
+	return n > 0, nil
+}
+
 // GuardPartitionProblem says why the lease table schema.table cannot serve
 // guard triggers ("" when it can): they read it as PARTITION (p0), which it
 // must have as its only partition.

@@ -63,8 +63,18 @@ func doctorGuard(ctx context.Context, db *sql.DB, pol *policy.Policy, info, find
 		}
 	}
 	partitions := map[string]bool{}
-	for _, spec := range pol.GuardSpecs(engine) {
+	for i, spec := range pol.GuardSpecs(engine) {
 		name := spec.Schema + "." + spec.Table
+		if pol.Tables[i].CreatedLater {
+			ok, err := lease.BaseTableExists(ctx, db, spec.Schema, spec.Table)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				info("database_guard: %s (created_later) does not exist yet: run fenceproxy init --config FILE once it does", name)
+				continue
+			}
+		}
 		lt := spec.Fence.Schema + "." + spec.Fence.Table
 		if !partitions[lt] {
 			partitions[lt] = true

@@ -197,3 +197,56 @@ func TestInitGuardsOnTiDB(t *testing.T) {
 		t.Fatalf("stderr: %s", r.stderr)
 	}
 }
+
+// TestInitGuardsCreatedLater: a protected table declared created_later
+// that does not exist yet neither stops init nor serve's check; init says
+// to run it again, and once the migration created the table the check
+// refuses until init has put its guards on.
+func TestInitGuardsCreatedLater(t *testing.T) {
+	srv := dbtest.Shared(t)
+	app, fence := dbtest.NewDatabase(t, srv), dbtest.NewDatabase(t, srv)
+	root := dbtest.Open(t, srv.RootDSN(app))
+	for _, q := range []string{"CREATE TABLE runs (id INT PRIMARY KEY)", "CREATE TABLE jobs (id INT PRIMARY KEY)"} {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := guardConfig(t, srv, app, fence, "triggers", "")
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("  - name: " + app + ".later\n    created_later: true\n")
+	f.Close()
+	dsn := srv.RootDSN("")
+
+	r := cli(t, "init", "--dsn", dsn, "--config", cfg)
+	wantCode(t, r, 0, "init --config with a created_later table not there yet")
+	if !strings.Contains(r.stdout, app+".later: not there yet (created_later); run fenceproxy init --config again") {
+		t.Fatalf("init output:\n%s", r.stdout)
+	}
+	wantCode(t, cli(t, "check-config", "--connect", cfg), 0, "check-config --connect before the migration")
+	r = cli(t, "doctor", "--config", cfg, "--dsn", dsn)
+	if !strings.Contains(r.stdout, app+".later (created_later) does not exist yet") || strings.Contains(r.stdout, app+".later: guard triggers") {
+		t.Fatalf("doctor before the migration:\n%s", r.stdout)
+	}
+
+	if _, err := root.Exec("CREATE TABLE later (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, "check-config", "--connect", cfg)
+	wantCode(t, r, exitRefused, "check-config --connect after the migration, before init")
+	if !strings.Contains(r.stderr, app+".later (INSERT: missing") {
+		t.Fatalf("check-config after the migration: %s", r.stderr)
+	}
+	r = cli(t, "doctor", "--config", cfg, "--dsn", dsn)
+	if !strings.Contains(r.stdout, app+".later: guard triggers INSERT: missing") {
+		t.Fatalf("doctor after the migration:\n%s", r.stdout)
+	}
+	r = cli(t, "init", "--dsn", dsn, "--config", cfg)
+	wantCode(t, r, 0, "init --config after the migration")
+	if !strings.Contains(r.stdout, "  "+app+".later: created fence_guard_v1_bi_") || strings.Contains(r.stdout, "not there yet") {
+		t.Fatalf("init output:\n%s", r.stdout)
+	}
+	wantCode(t, cli(t, "check-config", "--connect", cfg), 0, "check-config --connect after init")
+}

@@ -1,0 +1,181 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fenceproxy/fenceproxy/integration/dbserver"
+	"github.com/fenceproxy/fenceproxy/integration/dbtest"
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// Attacks on the guard triggers through the proxy, and operator mistakes
+// that would turn them off without anyone noticing.
+
+// TestGuardProxyRefusesGuardDDL: an app account with every privilege it
+// would need to take a guard off (TRIGGER, ALTER, DROP on the schemas)
+// cannot do it through the proxy, by any of the statements that would:
+// each is refused, and the guards and the rows stay. The same DROP
+// TRIGGER sent directly works, so the account's privileges were enough.
+func TestGuardProxyRefusesGuardDDL(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	for _, q := range []string{
+		"GRANT TRIGGER, ALTER, DROP, CREATE ON `" + e.app + "`.* TO '" + dbserver.AppUser + "'@'%'",
+		"GRANT TRIGGER, ALTER, DROP ON `" + e.fence + "`.* TO '" + dbserver.AppUser + "'@'%'",
+	} {
+		mustExec(t, e.root, q)
+	}
+	t.Cleanup(func() {
+		e.root.Exec("REVOKE TRIGGER, ALTER, DROP, CREATE ON `" + e.app + "`.* FROM '" + dbserver.AppUser + "'@'%'")
+		e.root.Exec("REVOKE TRIGGER, ALTER, DROP ON `" + e.fence + "`.* FROM '" + dbserver.AppUser + "'@'%'")
+	})
+	tp := startProxy(t, s.Addr, guardProxyYAML(e, "error", "100ms"), guardProxyAccount(t, e)...)
+	ctx := context.Background()
+	have, err := lease.ReadTriggers(ctx, e.root, e.app, "items")
+	if err != nil || len(have) != 3 {
+		t.Fatalf("items' triggers: %v %v", have, err)
+	}
+	guard := have[0].Name
+	triggersBefore := triggerNames(t, e)
+	before := e.dump(t)
+	c := guardSession(t, tp, e, fenceNone)
+	attempts := []string{
+		"DROP TRIGGER " + guard,
+		"DROP TRIGGER IF EXISTS `" + e.app + "`.`" + guard + "`",
+		"DROP TRIGGER " + strings.ToUpper(guard),
+		"/*!50000 DROP TRIGGER " + guard + " */",
+		"BEGIN NOT ATOMIC DROP TRIGGER " + guard + "; END",
+		"EXECUTE IMMEDIATE 'DROP TRIGGER " + guard + "'",
+		"EXECUTE IMMEDIATE CONCAT('DROP TRIG', 'GER " + guard + "')",
+		"PREPARE s FROM 'DROP TRIGGER " + guard + "'",
+		// A trigger put before the guard that gives the row the fence it
+		// lacks, or one that does the write the guard would refuse.
+		"CREATE TRIGGER first_bu BEFORE UPDATE ON items FOR EACH ROW PRECEDES " + guard + " SET @fence_lease = 'x'",
+		"CREATE TRIGGER other_bu BEFORE UPDATE ON items FOR EACH ROW SET NEW.v = 'x'",
+		"CREATE OR REPLACE TRIGGER " + guard + " BEFORE DELETE ON items FOR EACH ROW SET @x = 1",
+		// The table or its lease table altered, dropped, renamed, emptied.
+		"ALTER TABLE items ADD COLUMN z INT",
+		"ALTER TABLE items RENAME TO items_old",
+		"ALTER TABLE `" + e.fence + "`.fenced_job_leases REMOVE PARTITIONING",
+		"RENAME TABLE items TO items_old",
+		"DROP TABLE items",
+		"TRUNCATE TABLE items",
+		"TRUNCATE items",
+		"DROP TABLE `" + e.fence + "`.fenced_job_leases",
+	}
+	for _, q := range attempts {
+		_, err := c.ExecContext(ctx, q)
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number == 0 || me.Number == lease.GuardErrno {
+			t.Errorf("through the proxy %s: %v, want refused by the proxy", q, err)
+			continue
+		}
+		if me.Number != 1148 && me.Number != 1064 {
+			t.Logf("%s: %d %s", q, me.Number, me.Message)
+		}
+	}
+	if got := triggerNames(t, e); got != triggersBefore {
+		t.Fatalf("the attempts changed the triggers:\n%s\nwant\n%s", got, triggersBefore)
+	}
+	if got := e.dump(t); got != before {
+		t.Fatalf("the attempts changed the tables:\n%s", got)
+	}
+	// The control: directly, the account may.
+	direct := e.direct(t, fenceNone)
+	if _, err := direct.ExecContext(ctx, "DROP TRIGGER "+guard); err != nil {
+		t.Fatalf("the app account could not drop the guard directly either: %v (the test proves nothing)", err)
+	}
+}
+
+// triggerNames lists every trigger of e's app schema.
+func triggerNames(t *testing.T, e *guardEnv) string {
+	t.Helper()
+	return queryString(t, e.root, "SELECT COALESCE(GROUP_CONCAT(TRIGGER_NAME ORDER BY TRIGGER_NAME), '') FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", e.app)
+}
+
+// TestGuardCreatedLaterTable: a protected table declared created_later,
+// with database_guard: triggers. The proxy starts while it does not exist
+// (nothing to guard, no alert); once a migration creates it directly on
+// the server, writes to it through the proxy are refused until init puts
+// its guards on, and the metric says so; then writes work and a stale
+// direct write gets the guard's error.
+func TestGuardCreatedLaterTable(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	yml := guardProxyYAML(e, "error", "100ms") + "  - name: " + e.app + ".later\n    created_later: true\n"
+	backend := guardProxyAccount(t, e)
+
+	// Serve's start-up check (proxy.New) and check-config --connect's.
+	full := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + s.Addr + "\n  " + strings.Join(backend, "\n  ") + "\n  health_interval: 0s\n" + yml
+	cfg, err := policy.Parse("guard.yaml", []byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.CheckDatabaseGuard(cfg, dbtest.Open(t, s.RootDSN(""))); err != nil {
+		t.Fatalf("the start-up check refuses a created_later table that does not exist yet: %v", err)
+	}
+	tp := startProxy(t, s.Addr, yml, backend...)
+	ctx := context.Background()
+	later := map[string]string{"table": e.app + ".later"}
+	awaitRefresh := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := tp.Proxy.WaitCatalog(ctx, tp.Proxy.CatalogChecks()+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitRefresh()
+	if got := series(t, tp.Reg, "fenceproxy_database_guard_missing", later); got != 0 {
+		t.Fatalf("fenceproxy_database_guard_missing{later} = %v while the table does not exist, want 0 (no alert for it)", got)
+	}
+	valid := guardSession(t, tp, e, fenceValid)
+	if _, err := valid.ExecContext(ctx, "UPDATE items SET v = 'ok' WHERE id = 1"); err != nil {
+		t.Fatalf("a guarded table while the created_later one is absent: %v", err)
+	}
+
+	// The migration, directly on the server.
+	mustExec(t, e.root, "CREATE TABLE later (id INT PRIMARY KEY, v VARCHAR(40) NOT NULL)")
+	mustExec(t, e.root, "INSERT INTO later VALUES (1, 'one')")
+	awaitRefresh()
+	if got := series(t, tp.Reg, "fenceproxy_database_guard_missing", later); got != 1 {
+		t.Fatalf("fenceproxy_database_guard_missing{later} = %v once the table exists without guards, want 1", got)
+	}
+	_, err = valid.ExecContext(ctx, "UPDATE later SET v = 'unguarded' WHERE id = 1")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || !strings.Contains(me.Message, "guard triggers are missing or outdated") || !strings.Contains(me.Message, e.app+".later") {
+		t.Fatalf("a write to the created_later table without its guards: %v", err)
+	}
+
+	// init, as its output says.
+	spec := e.specs[0]
+	spec.Table = "later"
+	rc, err := e.root.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := lease.InstallGuardTriggers(ctx, rc, spec); err != nil {
+		t.Fatal(err)
+	}
+	awaitRefresh()
+	if got := series(t, tp.Reg, "fenceproxy_database_guard_missing", later); got != 0 {
+		t.Fatalf("fenceproxy_database_guard_missing{later} = %v after init", got)
+	}
+	if _, err := valid.ExecContext(ctx, "UPDATE later SET v = 'fenced' WHERE id = 1"); err != nil {
+		t.Fatalf("a valid write once the guards are on: %v", err)
+	}
+	_, err = e.direct(t, fenceStale).ExecContext(ctx, "UPDATE later SET v = 'stale' WHERE id = 1")
+	guardErr(t, err, lease.StaleToken, e.stale.Owner)
+	if got := queryString(t, e.root, "SELECT v FROM later WHERE id = 1"); got != "fenced" {
+		t.Fatalf("later.v = %q", got)
+	}
+}
