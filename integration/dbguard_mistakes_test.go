@@ -179,3 +179,61 @@ func TestGuardCreatedLaterTable(t *testing.T) {
 		t.Fatalf("later.v = %q", got)
 	}
 }
+
+// TestGuardDroppedWithoutCatalog: with catalog.refresh: 0s (no catalog,
+// said knowingly) a guard trigger dropped directly on the server was seen
+// only at the next start or reload: meanwhile direct writes to its table
+// went unguarded and nothing said so. The health check reads the guards
+// again: writes through the proxy are refused, the metric is 1, until the
+// guard is back.
+func TestGuardDroppedWithoutCatalog(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	tp := startProxy(t, s.Addr, guardProxyYAML(e, "zero_rows", "0s"), append(guardProxyAccount(t, e), "health_interval: 100ms")...)
+	ctx := context.Background()
+	if _, ok := tp.Proxy.CatalogState(); ok {
+		t.Fatal("the proxy keeps a catalog with catalog.refresh: 0s")
+	}
+	checked := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		// The guards are read after each check is recorded: once the
+		// second check from now is recorded, the first one's read of the
+		// guards, which began after now, is done.
+		if err := tp.Proxy.WaitHealth(ctx, tp.Proxy.HealthChecks()+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := guardSession(t, tp, e, fenceValid)
+	missing := map[string]string{"table": e.app + ".items"}
+	have, err := lease.ReadTriggers(ctx, e.root, e.app, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, e.root, "DROP TRIGGER "+have[0].Name)
+	checked()
+	if got := series(t, tp.Reg, "fenceproxy_database_guard_missing", missing); got != 1 {
+		t.Fatalf("fenceproxy_database_guard_missing{items} = %v after a guard was dropped, want 1", got)
+	}
+	_, err = c.ExecContext(ctx, "UPDATE items SET n = n + 1 WHERE id = 1")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || !strings.Contains(me.Message, "guard triggers are missing or outdated") {
+		t.Fatalf("a write to the table without its guard: %v", err)
+	}
+	rc, err := e.root.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := lease.InstallGuardTriggers(ctx, rc, e.specs[0]); err != nil {
+		t.Fatal(err)
+	}
+	checked()
+	if got := series(t, tp.Reg, "fenceproxy_database_guard_missing", missing); got != 0 {
+		t.Fatalf("fenceproxy_database_guard_missing{items} = %v after init", got)
+	}
+	if _, err := c.ExecContext(ctx, "UPDATE items SET n = n + 1 WHERE id = 1"); err != nil {
+		t.Fatalf("a write once the guard is back: %v", err)
+	}
+}

@@ -175,6 +175,43 @@ func (p *Proxy) reloadGuards(cfg *policy.Config, pol *policy.Policy) {
 	p.guard.direct, p.guard.checked = problems, pol.Version
 }
 
+// recheckGuards is the run-time check without a catalog (catalog.refresh:
+// 0s): the catalog's refresh checks the guard triggers from its snapshot,
+// and without one they are read again after every successful health check
+// (backend.health_interval), so that a guard dropped on the server refuses
+// writes to its table and shows in fenceproxy_database_guard_missing while
+// the proxy runs, not only at start and on reload. A check that fails
+// keeps what the last one found (the backend is down, or slow: writes fail
+// or wait anyway).
+func (p *Proxy) recheckGuards() {
+	if p.catalog != nil || p.adminDB == nil {
+		return
+	}
+	p.updateMu.Lock()
+	defer p.updateMu.Unlock()
+	rt := p.rt.Load()
+	if rt == nil || rt.policy.DatabaseGuard != policy.GuardTriggers || len(rt.policy.Tables) == 0 {
+		return
+	}
+	problems, err := p.checkGuardsDirect(rt.cfg, rt.policy)
+	if err != nil {
+		p.logger.Warn("database_guard: could not read the guard triggers again; keeping the last check's result", "err", err)
+		return
+	}
+	if guardFingerprint(problems) == guardFingerprint(p.guard.direct) && len(problems) == len(p.guard.direct) {
+		p.guard.direct = problems
+		return
+	}
+	if len(problems) > 0 {
+		p.logger.Error("database_guard: guard triggers are missing or outdated: writes to these tables through the proxy are refused until fenceproxy init --config puts them back",
+			"tables", describeGuardProblems(rt.policy, problems))
+	} else {
+		p.logger.Info("database_guard: every protected table has its guard triggers again")
+	}
+	p.guard.direct = problems
+	p.install(rt.cfg, rt.policy)
+}
+
 func describeGuardProblems(pol *policy.Policy, problems map[string]string) string {
 	var parts []string
 	for _, t := range pol.Tables {

@@ -93,6 +93,9 @@ func (h *healthCheck) run(ctx context.Context, p *Proxy) {
 			return
 		}
 		h.record(p, err)
+		if err == nil {
+			p.recheckGuards()
+		}
 		select {
 		case <-ctx.Done():
 			return
