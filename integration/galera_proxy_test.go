@@ -33,7 +33,9 @@ type galeraEnv struct {
 func newGaleraEnv(t *testing.T) *galeraEnv {
 	t.Helper()
 	c := dbtest.SharedGalera(t)
-	e := newFencedEnv(t, envOptions{server: c.Nodes[0]})
+	// The full deployment (the proxy's own account, the catalog on), as
+	// the documentation gives it: forEachEngine's bare runs cover the rest.
+	e := newFencedEnv(t, envOptions{server: c.Nodes[0], account: true})
 	dbtest.AwaitGalera(t, c)
 	g := &galeraEnv{fencedEnv: e, c: c,
 		node1: dbtest.Open(t, withParam(c.Nodes[0].RootDSN(e.db), "wsrep_sync_wait=15")),

@@ -25,7 +25,10 @@ func newTiDBProxy(t testing.TB) *tidbProxy {
 	t.Helper()
 	e := newTiDBEnv(t)
 	yml := "tables:\n  - name: " + e.db + ".items\naudit:\n  file: " + filepath.Join(t.TempDir(), "audit.jsonl") + "\n"
-	return &tidbProxy{tidbEnv: e, tp: startProxy(t, e.srv.Addr, yml)}
+	// The full deployment (the proxy's own account, the catalog on), as
+	// the documentation gives it: the engine suite ran without the account
+	// alone and missed that TiDB's catalog could not be read with it.
+	return &tidbProxy{tidbEnv: e, tp: startProxy(t, e.srv.Addr, yml, proxyAccount(t, e.srv, e.db)...)}
 }
 
 // session is one app connection through the proxy with a fence context.
