@@ -56,6 +56,17 @@ func CheckSchema(ctx context.Context, db *sql.DB, cfg *policy.Config) (*SchemaCh
 			account, strings.Join(missing, ", "), strings.Join(missing, ", "), grantee)))
 	}
 
+	// backend.engine against the server: it picks the fence's shape.
+	if cfg.Backend.Engine != "" && cfg.Backend.Engine != policy.EngineAuto {
+		eng, version, err := lease.DetectEngine(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if why := EngineMismatch(cfg.Backend.Engine, eng, version); why != "" {
+			r.Errors = append(r.Errors, cfg.ErrorAt("backend.engine", why))
+		}
+	}
+
 	var lctn int
 	if err := db.QueryRowContext(ctx, "SELECT @@lower_case_table_names").Scan(&lctn); err != nil {
 		return nil, err
@@ -305,4 +316,48 @@ func stringColumn(ctx context.Context, db *sql.DB, q string, args ...any) ([]str
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// EngineMismatch says why backend.engine (configured, not auto) does not
+// fit the server (eng and version as lease.DetectEngine reads them), ""
+// when it does. The setting picks the fence's shape and the grammar
+// statements are read with: mariadb or mysql in front of a Galera node
+// fences with a share lock that a takeover on another node does not wait
+// for (stale writes commit: TestGaleraFenceShapesRace's exists_share_lock
+// control), and a grammar or a TiDB shape of another server misreads it.
+// galera is safe in front of any InnoDB server (the write-counter shape),
+// so it is accepted on MariaDB and MySQL.
+func EngineMismatch(configured string, eng lease.Engine, version string) string {
+	v := strings.ToLower(version)
+	isMariaDB := strings.Contains(v, "mariadb")
+	server := "MySQL " + version
+	switch {
+	case eng == lease.TiDB:
+		server = "TiDB (" + version + ")"
+	case eng == lease.Galera:
+		server = "a Galera node (wsrep_on is ON, " + version + ")"
+	case isMariaDB:
+		server = "MariaDB " + version
+	}
+	fix := "; set backend.engine to auto (or to what the server is)"
+	switch configured {
+	case policy.EngineMariaDB, policy.EngineMySQL:
+		switch {
+		case eng == lease.Galera:
+			return configured + ", but the server is " + server + ": the " + configured + " fence takes a share lock that a takeover " +
+				"on another node does not wait for, so stale writes commit; set backend.engine to galera (or auto)"
+		case eng == lease.TiDB, configured == policy.EngineMariaDB && !isMariaDB, configured == policy.EngineMySQL && isMariaDB:
+			return configured + ", but the server is " + server + ": statements would be read with another server's grammar " +
+				"and fenced in another engine's shape" + fix
+		}
+	case policy.EngineGalera:
+		if eng == lease.TiDB {
+			return "galera, but the server is " + server + ": its fence is not TiDB's" + fix
+		}
+	case policy.EngineTiDB:
+		if eng != lease.TiDB {
+			return "tidb, but the server is " + server + ": statements would be read with TiDB's grammar and fenced in TiDB's shape" + fix
+		}
+	}
+	return ""
 }
