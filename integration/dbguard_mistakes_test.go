@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -235,5 +238,91 @@ func TestGuardDroppedWithoutCatalog(t *testing.T) {
 	}
 	if _, err := c.ExecContext(ctx, "UPDATE items SET n = n + 1 WHERE id = 1"); err != nil {
 		t.Fatalf("a write once the guard is back: %v", err)
+	}
+}
+
+// TestGuardTriggersMoreDirectAttempts: more stale writes sent directly to
+// the database, around the guard: RETURNING forms, IGNORE forms the other
+// tests leave out, INSERT DELAYED, LOAD DATA with IGNORE and REPLACE, a
+// statement that assigns the fence variables itself while it runs (its
+// own token moved up to the current one, the lease name moved to a lease
+// the session does hold). Each is refused and changes nothing.
+func TestGuardTriggersMoreDirectAttempts(t *testing.T) {
+	s := dbtest.Shared(t)
+	if s.Flavor != dbserver.FlavorMariaDB {
+		t.Skip("RETURNING and INSERT DELAYED are MariaDB's")
+	}
+	e := newGuardEnv(t, s, lease.InnoDB)
+	ctx := context.Background()
+	// A lease the stale session does hold, of another name.
+	own, err := e.store.Acquire(ctx, "guard:own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.dump(t)
+	loadData := func(mode string) func(c *sql.Conn) error {
+		return func(c *sql.Conn) error {
+			name := "guard-more-" + mode
+			mysql.RegisterReaderHandler(name, func() io.Reader { return strings.NewReader("1\tloaded\n40\tloaded\n") })
+			defer mysql.DeregisterReaderHandler(name)
+			_, err := c.ExecContext(ctx, "LOAD DATA LOCAL INFILE 'Reader::"+name+"' "+mode+" INTO TABLE items (id, v)")
+			return err
+		}
+	}
+	exec := func(q string) func(c *sql.Conn) error {
+		return func(c *sql.Conn) error {
+			rows, err := c.QueryContext(ctx, q)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			rows.Close()
+			return rows.Err()
+		}
+	}
+	attempts := []struct {
+		name   string
+		kind   fenceKind
+		write  func(c *sql.Conn) error
+		reason lease.Reason
+	}{
+		{"DELETE ... RETURNING", fenceStale, exec("DELETE FROM items WHERE id = 1 RETURNING id, v"), lease.StaleToken},
+		{"INSERT ... RETURNING", fenceStale, exec("INSERT INTO items (id, v) VALUES (41, 'x') RETURNING id"), lease.StaleToken},
+		{"REPLACE ... RETURNING", fenceNone, exec("REPLACE INTO items (id, v) VALUES (1, 'x') RETURNING id"), lease.NoFence},
+		{"INSERT ... SELECT ... RETURNING", fenceStale, exec("INSERT INTO items (id, v) SELECT id + 200, v FROM other RETURNING id"), lease.StaleToken},
+		{"DELETE IGNORE", fenceStale, exec("DELETE IGNORE FROM items WHERE id = 2"), lease.StaleToken},
+		{"multi-table DELETE IGNORE", fenceNone, exec("DELETE IGNORE items FROM items JOIN other USING (id)"), lease.NoFence},
+		{"INSERT IGNORE ... ON DUPLICATE KEY UPDATE", fenceStale, exec("INSERT IGNORE INTO items (id, v) VALUES (1, 'x') ON DUPLICATE KEY UPDATE v = 'y'"), lease.StaleToken},
+		{"LOAD DATA IGNORE", fenceStale, loadData("IGNORE"), lease.StaleToken},
+		{"LOAD DATA REPLACE", fenceNone, loadData("REPLACE"), lease.NoFence},
+		{"the token moved up inside the statement", fenceStale,
+			exec("UPDATE items SET v = 'x' WHERE id = 1 AND (@fence_token := @fence_token + 1) > 0"), lease.StaleToken},
+		// items takes its lease from @fence_lease, so a lease the session
+		// holds is a valid fence for it (as through the proxy); the table
+		// with a fixed lease is the one it must not reach that way.
+		{"the fence set to a lease the session holds inside the statement", fenceNone,
+			exec("UPDATE fixed SET v = 'x' WHERE id = 1 AND (@fence_lease := 'guard:own') IS NOT NULL AND (@fence_owner := " +
+				fmt.Sprintf("X'%x'", own.Owner) + ") IS NOT NULL AND (@fence_token := " + fmt.Sprint(own.Token) + ") > 0"), lease.StaleToken},
+		// Refused by the server itself before any trigger (1616: DELAYED is
+		// not supported for InnoDB): reason "".
+		{"INSERT DELAYED", fenceStale, exec("INSERT DELAYED INTO items (id, v) VALUES (42, 'x')"), ""},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			c := e.direct(t, a.kind)
+			err := a.write(c)
+			if a.reason == "" {
+				if err == nil {
+					t.Fatal("accepted")
+				}
+				t.Logf("refused by the server: %v", err)
+			} else {
+				guardErr(t, err, a.reason, e.valid.Owner, e.stale.Owner, e.validFixed.Owner, own.Owner)
+			}
+			if got := e.dump(t); got != before {
+				t.Fatalf("changed the tables:\n%s\nwant\n%s", got, before)
+			}
+		})
 	}
 }
