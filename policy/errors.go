@@ -109,3 +109,11 @@ func joinSorted(errs []*Error) error {
 	}
 	return errors.Join(list...)
 }
+
+// Sets reports whether the file itself sets the key at path (a key left
+// out has its default, which may mean something else than the same value
+// written down: fenceproxy init removes guard triggers only for an explicit
+// database_guard: off).
+func (c *Config) Sets(path string) bool {
+	return c.dec != nil && c.dec.has(path)
+}

@@ -28,6 +28,9 @@ type initReport struct {
 	// NotYet: protected tables declared created_later that do not exist
 	// yet; init puts their guards on when it runs after they do.
 	NotYet []string `json:"not_yet_created,omitempty"`
+	// Kept: tables whose guard triggers init left in place because the
+	// file does not set database_guard (only an explicit off removes them).
+	Kept []string `json:"guards_kept,omitempty"`
 }
 
 type guardReport struct {
@@ -113,9 +116,27 @@ func initFromConfig(ctx context.Context, db *sql.DB, cfg *policy.Config) (*initR
 				cfg.Path, t.Line, t.Name)
 		}
 	}
+	if pol.DatabaseGuard != policy.GuardTriggers && !cfg.Sets("fencing.database_guard") {
+		// Not set: off by default, but a file that merely leaves the key
+		// out (an older one, another copy) must not take the guards off
+		// the tables. They stay, and init says so.
+		for _, t := range pol.Tables {
+			have, err := lease.ReadTriggers(ctx, c, t.Schema, t.Table)
+			if err != nil {
+				return nil, fail(exitDB, "%v", err)
+			}
+			for _, tr := range have {
+				if lease.IsGuardName(tr.Name) {
+					rep.Kept = append(rep.Kept, t.Name)
+					break
+				}
+			}
+		}
+		return rep, nil
+	}
 	if pol.DatabaseGuard != policy.GuardTriggers {
-		// Off: the guards of this config's tables go (they would go on
-		// refusing unfenced writes).
+		// Off, said so: the guards of this config's tables go (they would
+		// go on refusing unfenced writes).
 		for _, t := range pol.Tables {
 			dropped, err := lease.RemoveGuardTriggers(ctx, c, t.Schema, t.Table)
 			if err != nil {
@@ -179,6 +200,10 @@ func (rep *initReport) print(w io.Writer) {
 	for _, lt := range rep.Partitioned {
 		fmt.Fprintf(w, "lease table %s: partitioned (PARTITION %s), which guard triggers read so that no temporary table can stand in for it\n",
 			lt, lease.GuardPartition)
+	}
+	for _, t := range rep.Kept {
+		fmt.Fprintf(w, "%s: guard triggers left in place: the file does not set fencing.database_guard (off by default); "+
+			"set database_guard: triggers to keep them checked, or database_guard: off to remove them\n", t)
 	}
 	if rep.Guard != policy.GuardTriggers {
 		for _, t := range rep.Tables {

@@ -150,6 +150,25 @@ func TestInitInstallsGuardTriggers(t *testing.T) {
 		t.Fatalf("check-config: %s", r.stderr)
 	}
 
+	// The key left out (off by default): init leaves the guards and says
+	// so; an old copy of the file must not take them off.
+	unset := guardConfig(t, srv, app, fence, "off", "")
+	data, err := os.ReadFile(unset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(unset, []byte(strings.Replace(string(data), "  database_guard: off\n", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, "init", "--dsn", dsn, "--config", unset)
+	wantCode(t, r, 0, "init --config without database_guard")
+	if !strings.Contains(r.stdout, app+".jobs: guard triggers left in place: the file does not set fencing.database_guard") {
+		t.Fatalf("init without the key:\n%s", r.stdout)
+	}
+	if _, n := triggerOrder(t, root, app, "jobs", "", ""); n != 6 {
+		t.Fatalf("after init without the key, jobs has %d triggers, want 6 (the guards kept)", n)
+	}
+
 	// Off: init removes the guards (and only them).
 	off := guardConfig(t, srv, app, fence, "off", "")
 	r = cli(t, "init", "--dsn", dsn, "--config", off)
