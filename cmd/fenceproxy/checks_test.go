@@ -298,6 +298,15 @@ func TestCheckConfigConnectAccountPrivileges(t *testing.T) {
 			if tt.notWant != "" && strings.Contains(r.stderr, tt.notWant) {
 				t.Errorf("stderr has %q:\n%s", tt.notWant, r.stderr)
 			}
+			if tt.extra == "" {
+				// serve refuses to start the same way: with the account but
+				// without its privileges, as without the account.
+				r := cli(t, "serve", "--config", path)
+				wantCode(t, r, exitRefused, "serve")
+				if w := path + refusal(e, tt.want[0]); !strings.Contains(r.stderr, w) {
+					t.Errorf("serve: stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
 		})
 	}
 }
