@@ -326,3 +326,43 @@ func TestGuardTriggersMoreDirectAttempts(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardTriggersForeignKeyCascade records the limit the documentation
+// states: a cascading foreign key changes a guarded table without firing
+// its triggers, so a direct DELETE or UPDATE of the parent without any
+// fence changes the guarded rows (MariaDB: cascades fire no triggers).
+// Through the proxy the catalog fences such parents
+// (TestCascadingDeleteFromParent). If a server release starts firing
+// triggers on cascades this test fails, and the documentation must change.
+func TestGuardTriggersForeignKeyCascade(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	for _, q := range []string{
+		"CREATE TABLE parent (id INT PRIMARY KEY)",
+		"INSERT INTO parent VALUES (1), (2)",
+		"CREATE TABLE child (id INT PRIMARY KEY, parent_id INT NOT NULL, v VARCHAR(20) NOT NULL, " +
+			"FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+	} {
+		mustExec(t, e.root, q)
+	}
+	spec := e.specs[0]
+	spec.Table = "child"
+	rc, err := e.root.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := lease.InstallGuardTriggers(context.Background(), rc, spec); err != nil {
+		t.Fatal(err)
+	}
+	valid := e.direct(t, fenceValid)
+	mustExec(t, valid, "INSERT INTO child VALUES (1, 1, 'a'), (2, 2, 'b')")
+	none := e.direct(t, fenceNone)
+	_, err = none.ExecContext(context.Background(), "DELETE FROM child WHERE id = 1")
+	guardErr(t, err, lease.NoFence)
+	mustExec(t, none, "DELETE FROM parent WHERE id = 1")
+	mustExec(t, none, "UPDATE parent SET id = 20 WHERE id = 2")
+	if got := tableDump(t, e.root, e.app+".child"); got != "2|20|b\n" {
+		t.Fatalf("child after the parent's cascades without a fence:\n%s", got)
+	}
+}
