@@ -18,15 +18,30 @@ import (
 // tokens handed out are 1, 2, 3, ... with none lost or given twice.
 func TestGaleraLeaseFunctionsRetryConflicts(t *testing.T) {
 	c := dbtest.SharedGalera(t)
-	name := dbtest.NewDatabase(t, c.Nodes[0])
-	root := dbtest.Open(t, c.Nodes[0].RootDSN(name))
-	mustExec(t, root, "CREATE TABLE runs (id INT PRIMARY KEY, n INT NOT NULL)")
-	if err := lease.CreateSchema(context.Background(), root, ""); err != nil {
-		t.Fatal(err)
+	// Both deployments, each with a schema of its own (the race counts
+	// tokens from 1): lease functions in the client's session (bare) and
+	// with the proxy's own account (the documented one).
+	for _, dep := range []string{deployBare, deployAccount} {
+		t.Run(dep, func(t *testing.T) {
+			name := dbtest.NewDatabase(t, c.Nodes[0])
+			root := dbtest.Open(t, c.Nodes[0].RootDSN(name))
+			mustExec(t, root, "CREATE TABLE runs (id INT PRIMARY KEY, n INT NOT NULL)")
+			if err := lease.CreateSchema(context.Background(), root, ""); err != nil {
+				t.Fatal(err)
+			}
+			var backend []string
+			if dep == deployAccount {
+				backend = proxyAccount(t, c.Nodes[0], name)
+			}
+			dbtest.AwaitGalera(t, c)
+			tables := "tables:\n  - name: " + name + ".runs\n"
+			galeraLeaseFunctionsRace(t, name, []*testProxy{startProxy(t, c.Nodes[0].Addr, tables, backend...),
+				startProxy(t, c.Nodes[1].Addr, tables, backend...)})
+		})
 	}
-	dbtest.AwaitGalera(t, c)
-	tables := "tables:\n  - name: " + name + ".runs\n"
-	proxies := []*testProxy{startProxy(t, c.Nodes[0].Addr, tables), startProxy(t, c.Nodes[1].Addr, tables)}
+}
+
+func galeraLeaseFunctionsRace(t *testing.T, name string, proxies []*testProxy) {
 
 	conns := make([]*sql.Conn, 6)
 	for w := range conns {
