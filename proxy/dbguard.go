@@ -187,6 +187,9 @@ func (p *Proxy) recheckGuards() {
 	if p.catalog != nil || p.adminDB == nil {
 		return
 	}
+	if rt := p.rt.Load(); rt == nil || rt.policy.DatabaseGuard != policy.GuardTriggers {
+		return
+	}
 	p.updateMu.Lock()
 	defer p.updateMu.Unlock()
 	rt := p.rt.Load()
