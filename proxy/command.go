@@ -158,7 +158,6 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		return 0, err
 	}
 	c.x.begin(seq)
-	c.cmdLimit = 0
 	c.prevWarn, c.warn = c.warn, nil
 	if seq != 0 {
 		// What the server itself does: this ERR, then the connection ends.
@@ -184,8 +183,8 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 		// The statement text may not exceed max_query_bytes, whether the
 		// proxy inspects it or only relays it; forwardCommand counts
 		// statements longer than one packet.
-		c.cmdLimit = rt.cfg.Limits.MaxQueryBytes
-		if c.cmdLimit > 0 && n-1 > c.cmdLimit {
+		c.x.limit = rt.cfg.Limits.MaxQueryBytes
+		if c.x.limit > 0 && n-1 > c.x.limit {
 			return cmd, c.refuseTooLarge()
 		}
 	}
@@ -478,7 +477,7 @@ func (c *clientConn) refuseTooLarge() error {
 		return err
 	}
 	c.client.WritePacket(seq+1, wire.ErrPayload(erNetPacketTooBig, "08S01", fmt.Sprintf(
-		"fenceproxy: statement larger than limits.max_query_bytes (%d bytes)", c.cmdLimit)))
+		"fenceproxy: statement larger than limits.max_query_bytes (%d bytes)", c.x.limit)))
 	c.client.Flush()
 	return c.client.Err(wire.ErrTooLarge)
 }

@@ -108,10 +108,9 @@ type clientConn struct {
 	named      map[string]*preparedStmt // SQL-level PREPARE names
 
 	// per command
-	x        exchange // the framing of the command's response (exchange.go)
-	relay    relayer  // relays the command's response (response.go)
-	cmdLimit int      // longest statement text forwardCommand may relay (0: any)
-	buf      []byte   // scratch for commands too large to peek in place
+	x     exchange // the command's state, reset as a whole (exchange.go)
+	relay relayer  // relays the command's response (response.go)
+	buf   []byte   // scratch for commands too large to peek in place
 
 	// between commands: see waitCommand and wake
 	mu         sync.Mutex

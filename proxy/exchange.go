@@ -8,31 +8,44 @@ import (
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
-// exchange is the framing of the current command's response to the client:
-// the sequence numbers of what goes out, how far the response got, and how
-// its end is marked. The fencing layer writes to the client only through
-// it (and the relayer): it asks for the end to say "more results follow"
-// (more: the proxy runs the client's packet one statement at a time) or to
-// be held back (holdEnd: a guarded write's own transaction must commit
-// first), and has it write the held packet, an ERR or a 0-row OK.
+// exchange is the state of the command in flight, and its one owner: the
+// framing of the response to the client (the sequence numbers of what goes
+// out, how far the response got, how its end is marked) and the limit on
+// the command's statement text. begin resets all of it at the start of
+// each command, and statement what belongs to one statement of a packet
+// the proxy runs one statement at a time: no field outlives its command
+// for whoever set it to clear. The fencing layer writes to the client only
+// through it (and the relayer): it asks for the end to say "more results
+// follow" (more: the proxy runs the client's packet one statement at a
+// time) or to be held back (holdEnd: a guarded write's own transaction
+// must commit first), and has it write the held packet, an ERR or a 0-row
+// OK.
 type exchange struct {
 	cmdSeq  byte // sequence number of the client's last command packet
 	delta   byte // added to backend sequence numbers on the way to the client
 	started bool // some of the response already went to the client
 	lastErr bool // the response so far ended with an ERR
+	// limit: the longest statement text forwardCommand may relay (0: any).
+	limit int
 	// more: the end of this response says SERVER_MORE_RESULTS_EXISTS, for
 	// the proxy sends the next statement of the client's packet itself
-	// (see runOneByOne).
+	// (see runOneByOne). Set only by statement.
 	more bool
 	// holdEnd: the response's final OK or result set terminator goes to
 	// held instead of the client (see guardedWrite).
 	holdEnd bool
 	held    heldPacket
-	scratch []byte // relayMarked's copy of a packet, reused
+	scratch []byte // relayMarked's copy of a packet, reused across commands
 	// own: status bits of a transaction the proxy opened around a guarded
 	// write in autocommit mode, removed from every status flags the
 	// response shows: the client's session never was in a transaction.
+	// Set only by ownTransaction.
 	own uint16
+	// conflict: a watched transaction that ended in a conflict (error
+	// conflictCode) while the proxy's own statements were queued behind
+	// the write; audited once their responses are read (auditDeferred).
+	conflict     *fencedTxn
+	conflictCode uint16
 }
 
 // heldPacket is the final packet of a response, kept back from the client.
@@ -43,8 +56,27 @@ type heldPacket struct {
 }
 
 // begin starts the exchange of a command whose first packet has sequence
-// number seq. more, holdEnd and held are reset by whoever set them.
-func (x *exchange) begin(seq byte) { x.cmdSeq, x.delta, x.started, x.lastErr = seq, 0, false, false }
+// number seq: everything of the command before is reset, as a whole (the
+// scratch buffer alone is kept, for its capacity).
+func (x *exchange) begin(seq byte) { *x = exchange{cmdSeq: seq, scratch: x.scratch[:0]} }
+
+// statement starts the response of one statement of the client's packet
+// that the proxy sends as a packet of its own (runOneByOne): its packets
+// from backendFirst on reach the client from clientFirst on, and its end
+// says "more results follow" when more. Nothing of the statement before
+// (a held packet, its own transaction's bits, a conflict) carries over;
+// how far the client's response got (started, lastErr) does.
+func (x *exchange) statement(backendFirst, clientFirst byte, more bool) {
+	x.align(backendFirst, clientFirst)
+	x.more, x.holdEnd, x.held, x.own, x.conflict = more, false, heldPacket{}, 0, nil
+}
+
+// ownTransaction marks the rest of the statement's response as that of a
+// guarded write inside a transaction the proxy opened (own: the status
+// bits that transaction adds): its final packet is held until the proxy's
+// COMMIT, and no status it shows says the client is in a transaction. It
+// lasts until the next statement or command begins.
+func (x *exchange) ownTransaction(own uint16) { x.holdEnd, x.own = true, own }
 
 // align makes the backend's packet with sequence number backendFirst reach
 // the client as clientFirst, and those after it in step: the proxy sent the

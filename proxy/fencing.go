@@ -26,9 +26,4 @@ type fencing struct {
 	// fenced: the open transaction carries a guarded write whose guard
 	// passed (TiDB, Galera; see conflict.go), nil otherwise.
 	fenced *fencedTxn
-	// deferred: a watched transaction that ended in a conflict (error
-	// deferredCode) while the proxy's own COMMIT was queued behind the
-	// write; audited once that COMMIT's response is read.
-	deferred     *fencedTxn
-	deferredCode uint16
 }

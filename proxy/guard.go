@@ -331,9 +331,8 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string) error {
 	c := fg.c
 	// The transaction is the proxy's: it ends with this command.
-	defer func() { fg.fenced, fg.deferred = nil, nil }()
-	c.x.holdEnd, c.x.own = true, mysql.SERVER_STATUS_IN_TRANS|mysql.SERVER_STATUS_IN_TRANS_READONLY
-	defer func() { c.x.holdEnd, c.x.own = false, 0 }()
+	defer func() { fg.fenced = nil }()
+	c.x.ownTransaction(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
 	// TiDB empties SHOW WARNINGS at every statement (MariaDB keeps them
 	// past the recheck and the COMMIT), so on TiDB the write's warnings
 	// are read right after it, in the same flush, for the client's next
@@ -446,12 +445,13 @@ func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Va
 // auditDeferred audits the engine conflict the write itself met, once the
 // statements queued behind it are read.
 func (fg *fencing) auditDeferred() error {
-	ft := fg.deferred
+	x := &fg.c.x
+	ft := x.conflict
 	if ft == nil {
 		return nil
 	}
-	fg.deferred = nil
-	return fg.auditConflict(ft.rt, ft.fence, ft.v, fg.deferredCode)
+	x.conflict = nil
+	return fg.auditConflict(ft.rt, ft.fence, ft.v, x.conflictCode)
 }
 
 // keepWarnings keeps TiDB's SHOW WARNINGS packets for the client's next

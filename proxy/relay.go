@@ -13,12 +13,12 @@ import (
 func (c *clientConn) forwardCommand() error {
 	total := 0
 	for {
-		if c.cmdLimit > 0 {
+		if c.x.limit > 0 {
 			n, _, err := c.client.PeekHeader()
 			if err != nil {
 				return err
 			}
-			if total+n-1 > c.cmdLimit {
+			if total+n-1 > c.x.limit {
 				return c.refuseTooLarge()
 			}
 		}

@@ -86,7 +86,7 @@ func (r *relayer) Err(payload []byte, n int, inSet bool) error {
 				// The proxy's COMMIT is queued behind this write: its
 				// response comes first, so the record (which may need a
 				// query of the proxy's own) waits for guardedWrite.
-				c.fence.deferred, c.fence.deferredCode = c.fence.fenced, code
+				c.x.conflict, c.x.conflictCode = c.fence.fenced, code
 				c.fence.fenced = nil
 			} else {
 				return c.relayConflict(n, code)

@@ -300,12 +300,10 @@ func (fg *fencing) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
 func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
 	c := fg.c
 	next := c.x.cmdSeq + 1 // the client's next expected sequence number
-	defer func() { c.x.more = false }()
 	for i := range stmts {
 		st := stmts[i]
-		last := i == len(stmts)-1
-		c.x.more = !last
-		c.x.align(1, next) // each statement goes out as one packet: its response starts at 1
+		// Each statement goes out as one packet: its response starts at 1.
+		c.x.statement(1, next, i < len(stmts)-1)
 		text := sql[st.Span[0]:st.Span[1]]
 		send := func() error {
 			if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_QUERY}, text); err != nil {
