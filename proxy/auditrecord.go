@@ -41,18 +41,15 @@ func (fg *fencing) auditExpired(rt *runtime, f *rewrite.Fence, v verdict, outcom
 
 // refuse answers a statement the rewriter refused, and audits it.
 func (fg *fencing) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
-	c := fg.c
-	c.p.metrics.stmtRefused.Inc()
 	fg.auditRefusal(rt, r, sql, "refused")
 	if r.UnknownKind {
-		return c.sendError(erParse, "42000", r.Error())
+		return fg.out.sendError(erParse, "42000", r.Error())
 	}
-	return c.sendError(erNotAllowed, "42000", r.Error())
+	return fg.out.sendError(erNotAllowed, "42000", r.Error())
 }
 
 // auditRefusal records a statement that cannot be fenced.
 func (fg *fencing) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome string) {
-	c := fg.c
 	lease := ""
 	if r.Table != "" {
 		if i := strings.IndexByte(r.Table, '.'); i > 0 {
@@ -65,13 +62,16 @@ func (fg *fencing) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome st
 	if r.Table != "" {
 		reason = "protected_table"
 	}
-	c.p.metrics.StatementsRefused.WithLabelValues(reason, rt.policy.Mode).Inc()
+	fg.out.countRefused(reason, rt.policy.Mode, outcome == "refused")
 	fg.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
-		Digest: statementDigest(sql, c.srv, &c.sess), Outcome: outcome, Detail: r.Reason}, rt)
+		Digest: fg.s.digest(sql), Outcome: outcome, Detail: r.Reason}, rt)
 }
 
-func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) {
-	c := fg.c
+func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) { fg.out.audit(rec, rt) }
+
+// writeAudit writes a record of the fencing layer's, with the session's
+// identity, to the audit trail, counts it and logs it.
+func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
 	rec.Time = time.Now().UTC()
 	rec.Mode = rt.policy.Mode
 	rec.Client = c.remote()

@@ -31,8 +31,7 @@ type fencedTxn struct {
 
 // watchConflicts remembers a guarded write that is about to go out.
 func (fg *fencing) watchConflicts(rt *runtime, f *rewrite.Fence, v verdict) {
-	c := fg.c
-	if c.srv.Flavor == rewrite.TiDB || c.srv.Galera {
+	if fg.s.server().Flavor == rewrite.TiDB || fg.s.server().Galera {
 		fg.fenced = &fencedTxn{rt: rt, fence: f, v: v}
 	}
 }
@@ -49,8 +48,7 @@ func (fg *fencing) noteTxnStatus(st uint16) {
 // was rolled back by a conflict" for the engines whose fenced
 // transactions the proxy watches: TiDB's 9007, and 1213 on Galera.
 func (fg *fencing) engineConflict(code uint16) bool {
-	c := fg.c
-	return code == erWriteConflict && c.srv.Flavor == rewrite.TiDB || code == erConflict && c.srv.Galera
+	return code == erWriteConflict && fg.s.server().Flavor == rewrite.TiDB || code == erConflict && fg.s.server().Galera
 }
 
 // noteError looks at an ERR the server answered a statement of the client
@@ -71,7 +69,6 @@ func (fg *fencing) noteError(code uint16) error {
 // auditConflict records a fenced write that did not commit because the
 // engine found a conflict on the lease row.
 func (fg *fencing) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) error {
-	c := fg.c
 	detail := "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
 		"write: a row it locked (the lease row, or another) was committed by another transaction after it began"
 	if v.table == "" && len(f.Targets) > 0 {
@@ -80,7 +77,7 @@ func (fg *fencing) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code 
 		v.table, v.lease = tg.Schema+"."+tg.Table, tg.Lease
 	}
 	switch {
-	case code == erConflict && c.srv.Galera:
+	case code == erConflict && fg.s.server().Galera:
 		detail = "Galera answered error 1213 in the transaction of this fenced write: certification ordered a " +
 			"takeover or another write of the lease row first, and the transaction was rolled back"
 	case code == erConflict:
@@ -113,12 +110,11 @@ func (fg *fencing) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code 
 // on MariaDB 10.11); FOUND_ROWS() then says 1. err is a failure of the
 // backend connection only.
 func (fg *fencing) readPresented(rt *runtime, f *rewrite.Fence, v *verdict) error {
-	c := fg.c
 	gs, _, err := fg.guardsFor(rt, f)
 	if err != nil || len(gs) == 0 {
 		return nil
 	}
-	rows, err := c.backendQuery(gs[0].VarsSQL)
+	rows, err := fg.own.query(gs[0].VarsSQL)
 	if err != nil {
 		if _, ok := err.(*backendError); ok {
 			return nil

@@ -122,7 +122,7 @@ type clientConn struct {
 
 func newClientConn(p *Proxy, nc net.Conn, id uint64) *clientConn {
 	c := &clientConn{p: p, id: id, client: wire.NewConn(wire.Client, nc), connectedAt: time.Now()}
-	c.fence.c = c
+	c.fence = newFencing(c)
 	return c
 }
 

@@ -391,10 +391,9 @@ func (c *clientConn) unguardedRefusal(rt *runtime, d rewrite.Decision) rewrite.D
 // GuardErrno and SQLSTATE 45000) before its ERR reaches the client
 // unchanged. The message names the table and lease; a client can SIGNAL
 // the same itself, so a table the policy does not protect is recorded as
-// such and never becomes a metric label of its own.
-func (fg *fencing) auditGuardError(hook resultHook, e wire.ErrInfo) {
-	c := fg.c
-	rt := c.p.rt.Load()
+// such and never becomes a metric label of its own. rt: the proxy's
+// current runtime, for a response no tracker follows.
+func (fg *fencing) auditGuardError(rt *runtime, hook resultHook, e wire.ErrInfo) {
 	if t, ok := hook.(*tracker); ok && t.rt != nil {
 		rt = t.rt
 	}
@@ -433,8 +432,9 @@ func (fg *fencing) auditGuardError(hook resultHook, e wire.ErrInfo) {
 	// A write that reached the guard past the proxy's own fence is a gap
 	// in what the proxy reads: worth a line of its own (rate-limited: a
 	// client can SIGNAL the same error at will).
-	if fence == nil && c.p.logLimit.Allow(logging.Key{Event: msgGuardUnfenced, Reason: rec.Reason, Table: rec.Table}) {
-		c.log().Warn(msgGuardUnfenced, "table", rec.Table, "lease", rec.Lease)
+	if fence == nil {
+		fg.out.logLimited(logging.Key{Event: msgGuardUnfenced, Reason: rec.Reason, Table: rec.Table},
+			msgGuardUnfenced, "table", rec.Table, "lease", rec.Lease)
 	}
 }
 

@@ -38,14 +38,13 @@ const (
 // guardOf returns the fence of a statement the proxy must guard (a guarded
 // write, or EXECUTE of one prepared by name), or nil.
 func (fg *fencing) guardOf(st *rewrite.Stmt) *rewrite.Fence {
-	c := fg.c
 	var f *rewrite.Fence
 	switch st.Kind {
 	case rewrite.Write:
 		f = st.Fence
 	case rewrite.Execute:
-		if ps := c.named[st.Name]; ps != nil && ps.stmt.Kind == rewrite.Write {
-			f = ps.stmt.Fence
+		if ps := fg.s.namedStmt(st.Name); ps != nil && ps.Kind == rewrite.Write {
+			f = ps.Fence
 		}
 	}
 	if f != nil && f.Guard {
@@ -56,8 +55,8 @@ func (fg *fencing) guardOf(st *rewrite.Stmt) *rewrite.Fence {
 
 // hasGuarded reports whether any statement of a packet must be guarded,
 // or prepares a guarded write by name: an EXECUTE of it later in the same
-// packet finds it in c.named only once the PREPARE has run, so such a
-// packet runs one statement at a time too.
+// packet finds it among the named statements only once the PREPARE has
+// run, so such a packet runs one statement at a time too.
 func (fg *fencing) hasGuarded(stmts []rewrite.Stmt) bool {
 	for i := range stmts {
 		st := &stmts[i]
@@ -70,11 +69,10 @@ func (fg *fencing) hasGuarded(stmts []rewrite.Stmt) bool {
 
 // guardEngine is the lease package's engine family for the backend.
 func (fg *fencing) guardEngine() lease.Engine {
-	c := fg.c
 	switch {
-	case c.srv.Flavor == rewrite.TiDB:
+	case fg.s.server().Flavor == rewrite.TiDB:
 		return lease.TiDB
-	case c.srv.Galera:
+	case fg.s.server().Galera:
 		return lease.Galera
 	}
 	return lease.InnoDB
@@ -106,9 +104,8 @@ func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []re
 // is not sent. The caller finishes t afterwards (session effects; a
 // guarded write has no lease check left to do).
 func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) error {
-	c := fg.c
 	// The transaction state decides the shape: after an ERR, ask.
-	if err := c.learnStatus(); err != nil {
+	if err := fg.own.learnStatus(); err != nil {
 		be, ok := err.(*backendError)
 		if !ok {
 			return err
@@ -121,7 +118,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		if err := fg.noteError(be.Code); err != nil {
 			return err
 		}
-		return c.sendError(be.Code, be.State, be.Msg)
+		return fg.out.sendError(be.Code, be.State, be.Msg)
 	}
 	// Under LOCK TABLES the table lock on the lease table keeps guard and
 	// write atomic, and START TRANSACTION would unlock the tables. Not on
@@ -129,14 +126,14 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	// experimental enable-table-lock is set, and a guard outside a
 	// transaction locks nothing: measured, 216 stale commits in 30 s
 	// (TestTiDBProxyRace). So TiDB's autocommit writes are always wrapped.
-	tablesHeld := c.tablesLocked && c.srv.Flavor != rewrite.TiDB
-	wrap := c.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !c.inTransaction() && !tablesHeld
+	tablesHeld := fg.s.locksHeld() && fg.s.server().Flavor != rewrite.TiDB
+	wrap := fg.s.serverStatus()&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !fg.s.inTransaction() && !tablesHeld
 	gs, ts, err := fg.guardsFor(rt, f)
 	if err != nil {
 		if err := drop(); err != nil {
 			return err
 		}
-		return c.sendError(erNotAllowed, "42000", "fenceproxy cannot build the lease check for this write: "+err.Error())
+		return fg.out.sendError(erNotAllowed, "42000", "fenceproxy cannot build the lease check for this write: "+err.Error())
 	}
 	// In the client's transaction a savepoint goes before the guard, so
 	// that a write that outlives its lease can be undone alone. Not
@@ -146,14 +143,14 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	// write (it then runs not at all); a statement of the proxy's would
 	// take the error, and the write would run on its own, outside the
 	// guard's transaction (measured: 24 stale commits in a 5 s race).
-	undo := !wrap && (c.inTransaction() || c.status&mysql.SERVER_STATUS_AUTOCOMMIT == 0)
+	undo := !wrap && (fg.s.inTransaction() || fg.s.serverStatus()&mysql.SERVER_STATUS_AUTOCOMMIT == 0)
 	switch {
 	case wrap:
-		if err := c.queueOwn("START TRANSACTION"); err != nil {
+		if err := fg.own.queue("START TRANSACTION"); err != nil {
 			return err
 		}
 	case undo:
-		if err := c.queueOwn("SAVEPOINT " + recheckSavepoint); err != nil {
+		if err := fg.own.queue("SAVEPOINT " + recheckSavepoint); err != nil {
 			return err
 		}
 	}
@@ -170,7 +167,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 			end = rollbackOwn
 		}
 		var endErr *backendError
-		if _, err := c.backendExec(end); err != nil {
+		if _, err := fg.own.exec(end); err != nil {
 			be, ok := err.(*backendError)
 			if !ok {
 				return err
@@ -194,17 +191,17 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 			if err := fg.noteError(endErr.Code); err != nil {
 				return err
 			}
-			return c.sendError(endErr.Code, endErr.State, endErr.Msg)
+			return fg.out.sendError(endErr.Code, endErr.State, endErr.Msg)
 		}
 		return fg.rejectGuarded(rt, f, v)
 	}
 	fg.watchConflicts(rt, f, v)
-	c.testPanic(panicGuarded)
+	fg.out.testPanic(panicGuarded)
 	recheck, ok := lease.Recheck(v.until)
 	if !ok {
 		// A lease row without an expiry the proxy can read back: no
 		// recheck can say the write ran while it was live.
-		return c.backend.Err(wire.Malformed("lease guard returned the expiry %q", v.until))
+		return fg.own.broken(wire.Malformed("lease guard returned the expiry %q", v.until))
 	}
 	if !wrap {
 		return fg.writeInTransaction(rt, f, v, t, send, recheck, began, undo)
@@ -247,7 +244,6 @@ const recheckSavepoint = "fenceproxy_write"
 // that steps forward meanwhile).
 func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string,
 	began time.Time, undo bool) error {
-	c := fg.c
 	// undo false: under LOCK TABLES in autocommit mode there is no
 	// transaction to undo the write in: it commits with its statement
 	// (nothing can hold its rows meanwhile: the client's table locks keep
@@ -255,9 +251,9 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 	if err := send(); err != nil {
 		return err
 	}
-	c.x.holdEnd = true
-	err := c.relayResults(t)
-	c.x.holdEnd = false
+	fg.x().holdEnd = true
+	err := fg.out.relayResponse(t)
+	fg.x().holdEnd = false
 	if err != nil {
 		return err
 	}
@@ -265,23 +261,23 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 	if err := fg.auditDeferred(); err != nil {
 		return err
 	}
-	if c.x.held.p == nil {
+	if fg.x().held.p == nil {
 		return nil // the write failed; its ERR went out
 	}
 	if v.remainingKnown && elapsed < v.remaining/2 {
-		return c.writeHeld()
+		return fg.out.writeHeld()
 	}
 	// Late: ask the database.
-	keep := c.srv.Flavor == rewrite.TiDB && !c.x.more
+	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.x().more
 	if keep {
-		if err := c.queueOwn("SHOW WARNINGS"); err != nil {
+		if err := fg.own.queue("SHOW WARNINGS"); err != nil {
 			return err
 		}
 	}
-	if err := c.queueOwn(recheck); err != nil {
+	if err := fg.own.queue(recheck); err != nil {
 		return err
 	}
-	if err := c.backend.Flush(); err != nil {
+	if err := fg.own.flush(); err != nil {
 		return err
 	}
 	kept, rows, rerr, err := fg.readAfterWrite(keep)
@@ -289,36 +285,36 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 		return err
 	}
 	if rerr == nil && lease.RecheckHolds(toFields(rows)) {
-		fg.keepWarnings(kept, heldWarnings(c.x.held))
-		return c.writeHeld()
+		fg.keepWarnings(kept, heldWarnings(fg.x().held))
+		return fg.out.writeHeld()
 	}
-	c.x.held.p = nil
+	fg.x().held.p = nil
 	if rerr != nil && fg.engineConflict(rerr.Code) {
 		return fg.lostAfterWrite(rerr)
 	}
 	switch {
 	case undo:
-		if _, err := c.backendExec("ROLLBACK TO SAVEPOINT " + recheckSavepoint); err != nil {
+		if _, err := fg.own.exec("ROLLBACK TO SAVEPOINT " + recheckSavepoint); err != nil {
 			if _, ok := err.(*backendError); !ok {
 				return err
 			}
 			undo = false
 		}
-	case c.inTransaction():
+	case fg.s.inTransaction():
 		// No savepoint: the whole transaction goes, and the client hears
 		// so.
-		if _, err := c.backendExec("ROLLBACK"); err != nil {
+		if _, err := fg.own.exec("ROLLBACK"); err != nil {
 			if _, ok := err.(*backendError); !ok {
 				return err
 			}
 		}
 		fg.auditExpired(rt, f, v, "error", rerr)
-		return c.sendError(erSignal, "45000", v.expiredMessage()+"; the transaction was rolled back")
+		return fg.out.sendError(erSignal, "45000", v.expiredMessage()+"; the transaction was rolled back")
 	default:
 		// Committed already (LOCK TABLES, autocommit): say so.
 		fg.auditExpired(rt, f, v, "committed", rerr)
-		c.log().Warn("a guarded write under LOCK TABLES ran after its lease expired and committed with its statement", "table", v.table)
-		return c.sendError(erSignal, "45000", v.expiredMessage()+"; it ran under LOCK TABLES in autocommit mode and was committed")
+		fg.s.log().Warn("a guarded write under LOCK TABLES ran after its lease expired and committed with its statement", "table", v.table)
+		return fg.out.sendError(erSignal, "45000", v.expiredMessage()+"; it ran under LOCK TABLES in autocommit mode and was committed")
 	}
 	return fg.rejectExpired(rt, f, v, rerr)
 }
@@ -329,50 +325,49 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 // final packet is held until the COMMIT succeeded and then shows the
 // status flags autocommit would (no SERVER_STATUS_IN_TRANS).
 func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string) error {
-	c := fg.c
 	// The transaction is the proxy's: it ends with this command.
 	defer func() { fg.fenced = nil }()
-	c.x.ownTransaction(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
+	fg.x().ownTransaction(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
 	// TiDB empties SHOW WARNINGS at every statement (MariaDB keeps them
 	// past the recheck and the COMMIT), so on TiDB the write's warnings
 	// are read right after it, in the same flush, for the client's next
 	// SHOW WARNINGS (see warnings.go). Not for a statement of a packet
 	// that others follow: they would replace them.
-	keep := c.srv.Flavor == rewrite.TiDB && !c.x.more
+	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.x().more
 	if err := send(); err != nil {
 		return err
 	}
 	if keep {
-		if err := c.queueOwn("SHOW WARNINGS"); err != nil {
+		if err := fg.own.queue("SHOW WARNINGS"); err != nil {
 			return err
 		}
 	}
-	if err := c.queueOwn(recheck); err != nil {
+	if err := fg.own.queue(recheck); err != nil {
 		return err
 	}
-	if err := c.backend.Flush(); err != nil {
+	if err := fg.own.flush(); err != nil {
 		return err
 	}
-	if err := c.relayResults(t); err != nil {
+	if err := fg.out.relayResponse(t); err != nil {
 		return err
 	}
-	c.x.holdEnd = false
+	fg.x().holdEnd = false
 	kept, rows, rerr, err := fg.readAfterWrite(keep)
 	if err != nil {
 		return err
 	}
 	live := rerr == nil && lease.RecheckHolds(toFields(rows))
-	if rerr != nil && fg.engineConflict(rerr.Code) && c.x.held.p != nil {
+	if rerr != nil && fg.engineConflict(rerr.Code) && fg.x().held.p != nil {
 		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
-		c.x.held.p = nil
+		fg.x().held.p = nil
 		return fg.lostAfterWrite(rerr)
 	}
-	if c.x.held.p == nil || !live {
+	if fg.x().held.p == nil || !live {
 		// The write failed (its ERR went out already), or it outlived its
 		// lease: nothing of it may commit.
-		if _, err := c.backendExec(rollbackOwn); err != nil {
+		if _, err := fg.own.exec(rollbackOwn); err != nil {
 			if _, ok := err.(*backendError); !ok {
 				return err
 			}
@@ -380,14 +375,14 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
-		if c.x.held.p == nil {
+		if fg.x().held.p == nil {
 			fg.keepWarnings(kept, 0)
 			return nil
 		}
-		c.x.held.p = nil
+		fg.x().held.p = nil
 		return fg.rejectExpired(rt, f, v, rerr)
 	}
-	_, cerr := c.backendExec(commitOwn)
+	_, cerr := fg.own.exec(commitOwn)
 	if _, ok := cerr.(*backendError); cerr != nil && !ok {
 		return cerr
 	}
@@ -398,15 +393,15 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		be := cerr.(*backendError)
 		// Nothing was committed: the client gets the COMMIT's error in
 		// place of the write's success (after its rows, for RETURNING).
-		c.x.held.p = nil
-		c.statusStale = true
+		fg.x().held.p = nil
+		fg.own.statusUnknown()
 		if err := fg.noteError(be.Code); err != nil {
 			return err
 		}
-		return c.sendError(be.Code, be.State, be.Msg)
+		return fg.out.sendError(be.Code, be.State, be.Msg)
 	}
-	fg.keepWarnings(kept, heldWarnings(c.x.held))
-	return c.writeHeld()
+	fg.keepWarnings(kept, heldWarnings(fg.x().held))
+	return fg.out.writeHeld()
 }
 
 // lostAfterWrite answers a guarded write whose transaction an engine
@@ -414,24 +409,22 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 // 9007): nothing of it will commit, and the client hears the engine's
 // error, as from its own next statement.
 func (fg *fencing) lostAfterWrite(be *backendError) error {
-	c := fg.c
-	c.statusStale = true
+	fg.own.statusUnknown()
 	if err := fg.noteError(be.Code); err != nil {
 		return err
 	}
-	return c.sendError(be.Code, be.State, be.Msg)
+	return fg.out.sendError(be.Code, be.State, be.Msg)
 }
 
 // readAfterWrite reads what follows a guarded write's response: TiDB's
 // SHOW WARNINGS (keep) and the recheck's rows, or the recheck's error.
 func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Value, rerr *backendError, err error) {
-	c := fg.c
 	if keep {
-		if kept, err = c.readWarnings(); err != nil {
+		if kept, err = fg.own.readWarnings(); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	rows, err = c.readOwn()
+	rows, err = fg.own.read()
 	if err != nil {
 		be, ok := err.(*backendError)
 		if !ok {
@@ -445,7 +438,7 @@ func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Va
 // auditDeferred audits the engine conflict the write itself met, once the
 // statements queued behind it are read.
 func (fg *fencing) auditDeferred() error {
-	x := &fg.c.x
+	x := fg.x()
 	ft := x.conflict
 	if ft == nil {
 		return nil
@@ -463,25 +456,24 @@ func (fg *fencing) keepWarnings(kept warnPackets, n uint16) {
 	}
 	count := uint64(n)
 	if n == 0 {
-		if fg.c.x.held.p != nil {
+		if fg.x().held.p != nil {
 			return // no warnings to keep
 		}
 		count = uint64(kept.Rows)
 	}
-	fg.c.warn = &keptWarnings{pkts: kept, count: count}
+	fg.out.keepWarnings(&keptWarnings{pkts: kept, count: count})
 }
 
 // rejectExpired answers a guarded write that ran after its lease expired,
 // and was undone, as a rejected one (reason expired).
 func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr *backendError) error {
-	c := fg.c
-	if rt.policy.OnStale == onStaleError || f.Rows || c.x.started {
+	if rt.policy.OnStale == onStaleError || f.Rows || fg.x().started {
 		// An OK of 0 rows cannot follow rows already relayed.
 		fg.auditExpired(rt, f, v, "error", rerr)
-		return c.sendError(erSignal, "45000", v.expiredMessage())
+		return fg.out.sendError(erSignal, "45000", v.expiredMessage())
 	}
 	fg.auditExpired(rt, f, v, "zero_rows", rerr)
-	return c.sendNoRows()
+	return fg.out.sendNoRows()
 }
 
 // runGuards sends the guards (after a queued START TRANSACTION or
@@ -489,13 +481,12 @@ func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr 
 // could not run (lock wait timeout, deadlock, missing lease table); err a
 // failure of the connection.
 func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (v verdict, gerr *backendError, err error) {
-	c := fg.c
 	var first verdict
 	until := ""
 	var remaining time.Duration
 	known := true
 	for i, g := range gs {
-		if err := c.queueOwn(g.SQL); err != nil {
+		if err := fg.own.queue(g.SQL); err != nil {
 			return v, nil, err
 		}
 		// Galera's guard is an UPDATE: the locking read of the row goes
@@ -504,17 +495,17 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 		// failed (a 1213 rolled the transaction back) would open a
 		// transaction of its own: there it waits for the guard's answer.
 		classify := g.Kind == lease.GuardAffected
-		ahead := classify && c.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0
+		ahead := classify && fg.s.serverStatus()&mysql.SERVER_STATUS_AUTOCOMMIT != 0
 		if ahead {
-			if err := c.queueOwn(g.Classify); err != nil {
+			if err := fg.own.queue(g.Classify); err != nil {
 				return v, nil, err
 			}
 		}
-		if err := c.backend.Flush(); err != nil {
+		if err := fg.own.flush(); err != nil {
 			return v, nil, err
 		}
 		if lead && i == 0 {
-			if _, err := c.readOwn(); err != nil {
+			if _, err := fg.own.read(); err != nil {
 				be, ok := err.(*backendError)
 				if !ok {
 					return v, nil, err
@@ -522,9 +513,9 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 				gerr = be
 			}
 		}
-		rows, err := c.readOwn()
+		rows, err := fg.own.read()
 		if ahead {
-			crows, cerr := c.readOwn()
+			crows, cerr := fg.own.read()
 			if _, ok := cerr.(*backendError); cerr != nil && !ok {
 				return v, nil, cerr
 			}
@@ -549,10 +540,10 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 			}
 			return v, be, nil
 		}
-		held := classify && g.Holds(c.ownAffected)
+		held := classify && g.Holds(fg.own.affected())
 		if classify && !ahead {
 			// The current row, read with a lock.
-			if rows, err = c.backendQuery(g.Classify); err != nil {
+			if rows, err = fg.own.query(g.Classify); err != nil {
 				be, ok := err.(*backendError)
 				if !ok {
 					return v, nil, err
@@ -563,9 +554,9 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 		gv, valid := g.Read(toFields(rows))
 		if valid && gv.NeedVars {
 			if held {
-				return v, nil, c.backend.Err(wire.Malformed("the lease row of a guard that held is gone"))
+				return v, nil, fg.own.broken(wire.Malformed("the lease row of a guard that held is gone"))
 			}
-			vr, err := c.backendQuery(g.VarsSQL)
+			vr, err := fg.own.query(g.VarsSQL)
 			if err != nil {
 				be, ok := err.(*backendError)
 				if !ok {
@@ -576,7 +567,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 			gv, valid = g.ReadVars(toFields(vr))
 		}
 		if !valid {
-			return v, nil, c.backend.Err(wire.Malformed("lease guard returned %d rows", len(rows)))
+			return v, nil, fg.own.broken(wire.Malformed("lease guard returned %d rows", len(rows)))
 		}
 		gvv := verdictOf(gv, ts[i])
 		switch {
@@ -621,7 +612,6 @@ func toFields(rows [][]wire.Value) [][]lease.Field {
 // guardError answers a write whose guard failed with the guard's error:
 // nothing of the write was sent.
 func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *backendError, ts []rewrite.Target) error {
-	c := fg.c
 	msg := be.Msg
 	switch {
 	case be.Code == mysql.ER_NO_SUCH_TABLE:
@@ -639,7 +629,7 @@ func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *backendError, t
 			return err
 		}
 	}
-	return c.sendError(be.Code, be.State, msg)
+	return fg.out.sendError(be.Code, be.State, msg)
 }
 
 // erConflict is ER_LOCK_DEADLOCK: on Galera also a certification failure
@@ -650,14 +640,13 @@ const erConflict = 1213
 // audit record is written: an OK of 0 rows (on_stale: zero_rows, what the
 // server says of an INSERT ... SELECT that selected nothing), or ERR 1644.
 func (fg *fencing) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) error {
-	c := fg.c
 	if rt.policy.OnStale == onStaleError || f.Rows {
 		// A write that answers with rows (RETURNING) would need an empty
 		// result set with its column definitions, which only the server
 		// can give: the error says what happened instead.
 		fg.auditStale(rt, f, v, "error")
-		return c.sendError(erSignal, "45000", v.message())
+		return fg.out.sendError(erSignal, "45000", v.message())
 	}
 	fg.auditStale(rt, f, v, "zero_rows")
-	return c.sendNoRows()
+	return fg.out.sendNoRows()
 }

@@ -48,8 +48,7 @@ func TestTablesLockedTracking(t *testing.T) {
 				"b":  {stmt: rewrite.Stmt{Locks: rewrite.LocksReleased}},
 			}}
 			c.setTablesLocked(tc.before)
-			tr := &tracker{c: c}
-			tr.applyLocks(&tc.st, tc.r)
+			c.applyLocks(&tc.st, tc.r)
 			if c.tablesLocked != tc.want || c.sess.TablesLocked != tc.want {
 				t.Fatalf("tablesLocked %v (session %v), want %v", c.tablesLocked, c.sess.TablesLocked, tc.want)
 			}

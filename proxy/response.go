@@ -74,7 +74,7 @@ func (r *relayer) Err(payload []byte, n int, inSet bool) error {
 	c := r.c
 	c.x.lastErr = true
 	if e := wire.ParseErr(payload); e.Code == lease.GuardErrno && e.State == lease.GuardSQLState {
-		c.fence.auditGuardError(r.hook, e)
+		c.fence.auditGuardError(c.p.rt.Load(), r.hook, e)
 	}
 	if !inSet {
 		code := wire.ParseErr(payload).Code

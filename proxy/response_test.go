@@ -22,7 +22,7 @@ func scriptedBackend(t *testing.T, deprecateEOF bool, pkts ...[]byte) *clientCon
 	}
 	c := &clientConn{deprecateEOF: deprecateEOF}
 	c.backend = wire.NewStreamConn(wire.Backend, bytes.NewReader(b), io.Discard)
-	c.fence.c = c
+	c.fence = newFencing(c)
 	return c
 }
 

@@ -172,7 +172,7 @@ func (c *clientConn) comQuery(rt *runtime) error {
 			return err
 		}
 	}
-	t := newTracker(c, rt, d.Stmts, len(d.Stmts) == 1)
+	t := newTracker(&c.fence, rt, d.Stmts, len(d.Stmts) == 1)
 	if err := c.relayResults(t); err != nil {
 		return err
 	}
@@ -182,11 +182,10 @@ func (c *clientConn) comQuery(rt *runtime) error {
 // guarded runs a packet of one guarded write (see guardedWrite). drop nil:
 // the client's command was consumed already.
 func (fg *fencing) guarded(rt *runtime, f *rewrite.Fence, stmts []rewrite.Stmt, send, drop func() error) error {
-	c := fg.c
 	if drop == nil {
 		drop = func() error { return nil }
 	}
-	t := newTracker(c, rt, stmts, true)
+	t := newTracker(fg, rt, stmts, true)
 	if err := fg.guardedWrite(rt, f, t, send, drop); err != nil {
 		return err
 	}
@@ -408,7 +407,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 	if err := c.forwardCommand(); err != nil {
 		return err
 	}
-	t := newTracker(c, rt, []rewrite.Stmt{ps.stmt}, true)
+	t := newTracker(&c.fence, rt, []rewrite.Stmt{ps.stmt}, true)
 	if err := c.relayResults(t); err != nil {
 		return err
 	}
@@ -509,14 +508,13 @@ func (c *clientConn) staleNamedPrepare(rt *runtime, stmts []rewrite.Stmt) *rewri
 // TiDB has no XA; Galera refuses XA PREPARE.
 func (c *clientConn) xaRefusal(stmts []rewrite.Stmt) *rewrite.Refusal {
 	xa := c.xaBranch
-	t := tracker{c: c}
 	for i := range stmts {
 		st := &stmts[i]
 		if st.Kind == rewrite.XAStart {
 			xa = true
 			continue
 		}
-		f := t.fenceOf(st)
+		f := c.fence.fenceOf(st)
 		if !xa || f == nil {
 			continue
 		}

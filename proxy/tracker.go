@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"github.com/go-mysql-org/go-mysql/mysql"
-
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -19,13 +17,13 @@ const (
 // look at the lease: a fenced write that changed 0 rows may have been
 // rejected, or merely matched nothing.
 type tracker struct {
-	c      *clientConn
+	fg     *fencing
 	rt     *runtime
 	stmts  []rewrite.Stmt
 	pos    int  // statement whose result comes next
 	single bool // the packet holds one statement: its final OK may be held back
 	checks []pendingCheck
-	held   *pendingCheck // the check whose OK is held in c.x.held.p
+	held   *pendingCheck // the check whose OK is held in the exchange
 }
 
 type pendingCheck struct {
@@ -33,8 +31,8 @@ type pendingCheck struct {
 	pos   int // the statement's position in the packet
 }
 
-func newTracker(c *clientConn, rt *runtime, stmts []rewrite.Stmt, single bool) *tracker {
-	return &tracker{c: c, rt: rt, stmts: stmts, single: single}
+func newTracker(fg *fencing, rt *runtime, stmts []rewrite.Stmt, single bool) *tracker {
+	return &tracker{fg: fg, rt: rt, stmts: stmts, single: single}
 }
 
 func (t *tracker) current() *rewrite.Stmt {
@@ -45,13 +43,16 @@ func (t *tracker) current() *rewrite.Stmt {
 }
 
 // fenceOf returns the protected write of st, resolving SQL-level EXECUTE.
-func (t *tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence {
+func (t *tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence { return t.fg.fenceOf(st) }
+
+// fenceOf returns the protected write of st, resolving SQL-level EXECUTE.
+func (fg *fencing) fenceOf(st *rewrite.Stmt) *rewrite.Fence {
 	switch st.Kind {
 	case rewrite.Write:
 		return st.Fence
 	case rewrite.Execute:
-		if ps := t.c.named[st.Name]; ps != nil && ps.stmt.Kind == rewrite.Write {
-			return ps.stmt.Fence
+		if ps := fg.s.namedStmt(st.Name); ps != nil && ps.Kind == rewrite.Write {
+			return ps.Fence
 		}
 	}
 	return nil
@@ -78,11 +79,11 @@ func (t *tracker) okPacket(payload []byte, ok wire.OKPacket, final bool) ([]byte
 // patchMore is the final OK with "more results" set when the proxy runs a
 // multi-statement packet one statement at a time, nil when it goes as it is.
 func (t *tracker) patchMore(payload []byte, final bool) []byte {
-	if !final || !t.c.x.more {
+	if !final || !t.fg.x().more {
 		return nil
 	}
 	out := append([]byte(nil), payload...)
-	t.c.x.markEnd(out, false)
+	t.fg.x().markEnd(out, false)
 	return out
 }
 
@@ -91,9 +92,8 @@ func (t *tracker) result(r result) {
 	if st == nil {
 		return
 	}
-	t.applyLocks(st, r)
+	t.fg.fx.applyResult(t.rt, st, r)
 	if !r.isErr {
-		t.applyEffect(st)
 		// In shadow mode the lease was checked before the statement went out.
 		// A guarded write's lease was checked before it went out.
 		if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && !r.isSet && r.ok.AffectedRows == 0 &&
@@ -107,93 +107,20 @@ func (t *tracker) result(r result) {
 	}
 }
 
-// Errors after which a LOCK TABLES kept the session's earlier table locks:
-// the server raised them before it released anything (measured on
-// MariaDB 10.11; 1146, a missing table, came after the release).
-const (
-	erParseError   = 1064
-	erNonuniqTable = 1066
-)
-
-// applyLocks follows the session's table locks through a statement's result.
-func (t *tracker) applyLocks(st *rewrite.Stmt, r result) {
-	c := t.c
-	locks := st.Locks
-	if st.Kind == rewrite.Execute {
-		if ps := c.named[st.Name]; ps != nil {
-			locks = ps.stmt.Locks
-		}
-	}
-	switch locks {
-	case rewrite.LocksTaken:
-		if !r.isErr {
-			c.setTablesLocked(true)
-		} else if r.err.Code != erParseError && r.err.Code != erNonuniqTable {
-			c.setTablesLocked(false)
-		}
-	case rewrite.LocksReleased:
-		if !r.isErr {
-			c.setTablesLocked(false)
-		}
-	case rewrite.LocksReleasedIfChained:
-		// COMMIT and ROLLBACK chain a new transaction under completion_type
-		// = CHAIN, and a transaction that starts releases the table locks.
-		if !r.isErr && r.ok.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
-			c.setTablesLocked(false)
-		}
-	case rewrite.LocksMaybeReleased:
-		c.setTablesLocked(false)
-	}
-}
-
-// applyEffect records what a successful statement changed in the session.
-func (t *tracker) applyEffect(st *rewrite.Stmt) {
-	c := t.c
-	// NO_BACKSLASH_ESCAPES came from the OK's status flags already.
-	if c.sess.Apply(st, rewrite.AfterResult).Charset {
-		c.setCharset(c.sess.UnsafeCharset)
-	}
-	switch st.Kind {
-	case rewrite.Prepare:
-		inner := st.Prepared
-		if inner == nil && st.Fence != nil {
-			inner = &rewrite.Stmt{Kind: rewrite.Write, Fence: st.Fence}
-		}
-		if c.named == nil {
-			c.named = map[string]*preparedStmt{}
-		}
-		ps := &preparedStmt{gen: t.rt.gen}
-		if inner != nil {
-			ps.stmt = *inner
-			ps.fenced = inner.Kind == rewrite.Write && t.enforcing()
-		}
-		c.named[st.Name] = ps
-	case rewrite.Execute:
-		// EXECUTE of a prepared SET has that SET's effect.
-		if ps := c.named[st.Name]; ps != nil && ps.stmt.Kind != rewrite.Write && ps.stmt.Kind != rewrite.Execute {
-			t.applyEffect(&ps.stmt)
-		}
-	case rewrite.Deallocate:
-		delete(c.named, st.Name)
-	case rewrite.XAStart:
-		c.xaBranch = true
-	}
-}
-
 // finish classifies what the response left undecided, writes a held OK or
 // the ERR that replaces it, and audits rejected writes.
 func (t *tracker) finish() error {
-	c := t.c
+	fg := t.fg
 	if t.held != nil {
-		v, err := c.fence.classify(t.rt, t.held.fence, true)
+		v, err := fg.classify(t.rt, t.held.fence, true)
 		if be, ok := err.(*backendError); ok && be.Code == erConflict {
 			// The check's locking read was chosen as a deadlock's victim:
 			// the transaction, this write with it, was rolled back.
-			c.x.held.p = nil
-			if err := c.fence.auditConflict(t.rt, t.held.fence, verdict{}, be.Code); err != nil {
+			fg.x().held.p = nil
+			if err := fg.auditConflict(t.rt, t.held.fence, verdict{}, be.Code); err != nil {
 				return err
 			}
-			return c.sendError(be.Code, be.State, be.Msg)
+			return fg.out.sendError(be.Code, be.State, be.Msg)
 		}
 		if be, ok := err.(*backendError); ok && be.Code == erLockWait {
 			// The write's fence may have failed. Under on_stale: error
@@ -201,32 +128,32 @@ func (t *tracker) finish() error {
 			// the client gets the engine's error (the write changed
 			// nothing); under zero_rows the write's own 0 rows.
 			if t.rt.policy.OnStale != onStaleError {
-				if err := c.fence.auditLockWait(t.rt, t.held.fence, "zero_rows"); err != nil {
+				if err := fg.auditLockWait(t.rt, t.held.fence, "zero_rows"); err != nil {
 					return err
 				}
-				if err := c.writeHeld(); err != nil {
+				if err := fg.out.writeHeld(); err != nil {
 					return err
 				}
 				return t.restoreRowCount(t.held.pos)
 			}
-			c.x.held.p = nil
-			if err := c.fence.auditLockWait(t.rt, t.held.fence, "error"); err != nil {
+			fg.x().held.p = nil
+			if err := fg.auditLockWait(t.rt, t.held.fence, "error"); err != nil {
 				return err
 			}
-			return c.sendError(be.Code, be.State, be.Msg)
+			return fg.out.sendError(be.Code, be.State, be.Msg)
 		}
 		if err != nil {
 			return err
 		}
 		switch {
 		case v.rejected() && t.rt.policy.OnStale == onStaleError:
-			c.fence.auditStale(t.rt, t.held.fence, v, "error")
-			c.x.held.p = nil
-			return c.sendError(erSignal, "45000", v.message())
+			fg.auditStale(t.rt, t.held.fence, v, "error")
+			fg.x().held.p = nil
+			return fg.out.sendError(erSignal, "45000", v.message())
 		case v.rejected():
-			c.fence.auditStale(t.rt, t.held.fence, v, "zero_rows")
+			fg.auditStale(t.rt, t.held.fence, v, "zero_rows")
 		}
-		if err := c.writeHeld(); err != nil {
+		if err := fg.out.writeHeld(); err != nil {
 			return err
 		}
 		return t.restoreRowCount(t.held.pos)
@@ -237,10 +164,10 @@ func (t *tracker) finish() error {
 	// The client gets its answer after the audit record is written, so that
 	// whoever sees the 0 rows can also find out why.
 	for _, pc := range t.checks {
-		v, err := c.fence.classify(t.rt, pc.fence, true)
+		v, err := fg.classify(t.rt, pc.fence, true)
 		if be, ok := err.(*backendError); ok && be.Code == erLockWait {
 			// The client gets the write's own 0 rows, as for a rejection.
-			if err := c.fence.auditLockWait(t.rt, pc.fence, "zero_rows"); err != nil {
+			if err := fg.auditLockWait(t.rt, pc.fence, "zero_rows"); err != nil {
 				return err
 			}
 			continue
@@ -249,7 +176,7 @@ func (t *tracker) finish() error {
 			return err
 		}
 		if v.rejected() {
-			c.fence.auditStale(t.rt, pc.fence, v, "zero_rows")
+			fg.auditStale(t.rt, pc.fence, v, "zero_rows")
 		}
 	}
 	return t.restoreRowCount(t.checks[len(t.checks)-1].pos)
@@ -262,10 +189,10 @@ func (t *tracker) finish() error {
 // there were no warnings to keep). Only a packet's last statement leaves
 // its ROW_COUNT() to the next one.
 func (t *tracker) restoreRowCount(pos int) error {
-	if pos != len(t.stmts)-1 || t.c.x.lastErr {
+	if pos != len(t.stmts)-1 || t.fg.x().lastErr {
 		return nil
 	}
-	_, err := t.c.backendExec("DO 0")
+	_, err := t.fg.own.exec("DO 0")
 	return err
 }
 
@@ -274,10 +201,8 @@ func (t *tracker) restoreRowCount(pos int) error {
 // reject. Checking before keeps the write's own results (affected rows,
 // ROW_COUNT()) what the client would see without the proxy.
 func (fg *fencing) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
-	c := fg.c
-	t := tracker{c: c, rt: rt}
 	for i := range stmts {
-		f := t.fenceOf(&stmts[i])
+		f := fg.fenceOf(&stmts[i])
 		if f == nil {
 			continue
 		}
@@ -298,20 +223,15 @@ func (fg *fencing) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
 // exactly where the server would have stopped after an error, so later
 // statements never run.
 func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
-	c := fg.c
-	next := c.x.cmdSeq + 1 // the client's next expected sequence number
+	x := fg.x()
+	next := x.cmdSeq + 1 // the client's next expected sequence number
 	for i := range stmts {
 		st := stmts[i]
 		// Each statement goes out as one packet: its response starts at 1.
-		c.x.statement(1, next, i < len(stmts)-1)
+		x.statement(1, next, i < len(stmts)-1)
 		text := sql[st.Span[0]:st.Span[1]]
-		send := func() error {
-			if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_QUERY}, text); err != nil {
-				return err
-			}
-			return c.backend.Flush()
-		}
-		t := newTracker(c, rt, stmts[i:i+1], true)
+		send := func() error { return fg.own.sendStatement(text) }
+		t := newTracker(fg, rt, stmts[i:i+1], true)
 		if f := fg.guardOf(&st); f != nil && t.enforcing() {
 			if err := fg.guardedWrite(rt, f, t, send, func() error { return nil }); err != nil {
 				return err
@@ -320,17 +240,17 @@ func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) er
 			if err := send(); err != nil {
 				return err
 			}
-			if err := c.relayResults(t); err != nil {
+			if err := fg.out.relayResponse(t); err != nil {
 				return err
 			}
 		}
 		if err := t.finish(); err != nil {
 			return err
 		}
-		if c.x.lastErr {
+		if x.lastErr {
 			return nil
 		}
-		next = c.client.LastOut() + 1
+		next = fg.out.lastOut() + 1
 	}
 	return nil
 }

@@ -59,7 +59,6 @@ func tokenString(t *uint64) string {
 // (its variables live there) and says whether the fence holds. locking
 // reads the latest committed lease row, as the fenced write did.
 func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
-	c := fg.c
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
 		sql := lease.VerdictSQL(leaseSpec(rt.policy, tg), fg.guardEngine(), locking)
@@ -67,7 +66,7 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 			continue
 		}
 		seen[sql] = true
-		rows, err := c.backendQuery(sql)
+		rows, err := fg.own.query(sql)
 		if err != nil {
 			if be, ok := err.(*backendError); ok && locking && (be.Code == erConflict || be.Code == erLockWait) {
 				// A deadlock rolled the transaction back, or another
@@ -79,14 +78,14 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 				// The lease table is unreadable: the write cannot have
 				// passed its fence either.
 				v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease, reason: audit.LeaseMissing}
-				c.log().Warn("lease check failed", "table", v.table, "err", err)
+				fg.s.log().Warn("lease check failed", "table", v.table, "err", err)
 				return v, nil
 			}
 			return verdict{}, err
 		}
 		lv, valid := lease.ReadVerdict(toFields(rows))
 		if !valid {
-			return verdict{}, c.backend.Err(wire.Malformed("lease check returned %d rows", len(rows)))
+			return verdict{}, fg.own.broken(wire.Malformed("lease check returned %d rows", len(rows)))
 		}
 		if v := verdictOf(lv, tg); v.rejected() {
 			return v, nil

@@ -45,7 +45,7 @@ func BenchmarkWalkResultSet(b *testing.B) {
 	}
 	put([]byte{mysql.EOF_HEADER, 0, 0, 2, 0, 0, 0})
 	c := &clientConn{p: &Proxy{}, deprecateEOF: true}
-	c.fence.c = c
+	c.fence = newFencing(c)
 	c.backend = wire.NewStreamConn(wire.Backend, &repeatReader{b: resp.Bytes()}, io.Discard)
 	c.client = wire.NewStreamConn(wire.Client, bytes.NewReader(nil), io.Discard)
 	b.ReportAllocs()
