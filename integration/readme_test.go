@@ -613,3 +613,136 @@ func (p *readmeServe) stop(t *testing.T) {
 		t.Errorf("the Quick start's proxy did not stop cleanly on SIGTERM:\n%s", p.output())
 	}
 }
+
+// readmeRunBy names, for each marked code block of README.md, the test
+// that runs it. A block of commands without a marker, or with a marker no
+// test runs, fails TestReadmeEveryCommandIsRun.
+var readmeRunBy = map[string]string{
+	"demo":     "TestReadmeDemo",
+	"init":     "TestReadmeQuickStart",
+	"grants":   "TestReadmeQuickStart",
+	"config":   "TestReadmeQuickStart",
+	"serve":    "TestReadmeQuickStart",
+	"client":   "TestReadmeQuickStart",
+	"sql":      "TestReadmeQuickStart",
+	"lease-go": "TestReadmeLeaseGo",
+	"dev":      "TestReadmeDevelopment",
+}
+
+// TestReadmeEveryCommandIsRun needs no server: every code block of
+// README.md that holds commands (sh, sql, go, yaml) carries a
+// <!-- readme-test: NAME --> marker, and every name is run by a test.
+// Blocks without a language (the diagram) hold no commands.
+func TestReadmeEveryCommandIsRun(t *testing.T) {
+	data, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	marker := ""
+	for i := 0; i < len(lines); i++ {
+		if m := readmeMarker.FindStringSubmatch(lines[i]); m != nil {
+			marker = m[1]
+			continue
+		}
+		f := readmeFence.FindStringSubmatch(lines[i])
+		if f == nil {
+			if strings.TrimSpace(lines[i]) != "" {
+				marker = ""
+			}
+			continue
+		}
+		lang, open := f[2], i
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+		}
+		switch {
+		case lang == "":
+		case marker == "":
+			t.Errorf("README.md:%d: a %s block without a <!-- readme-test: NAME --> marker: every command of the README is run by a test", open+1, lang)
+		case readmeRunBy[marker] == "":
+			t.Errorf("README.md:%d: block %q is run by no test: add it to readmeRunBy and a test", open+1, marker)
+		}
+		marker = ""
+	}
+}
+
+// TestReadmeLeaseGo needs no server: the README's Go example compiles
+// against the lease package as it is (in a package of its own, given the
+// variables the example assumes).
+func TestReadmeLeaseGo(t *testing.T) {
+	blocks, err := readmeSection(readmePath, "Leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok := blocks["lease-go"]
+	if !ok {
+		t.Fatal("README's Leases section has no block marked lease-go")
+	}
+	src := `package main
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+)
+
+func runInvoices(context.Context) error { return nil }
+
+func main() {
+	var db *sql.DB
+	ctx := context.Background()
+` + b.text + `	_, _, _ = err, jobCtx, time.Second
+}
+`
+	dir := t.TempDir()
+	file := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An overlay puts the file into the module without writing there.
+	overlay := filepath.Join(dir, "overlay.json")
+	pkg := filepath.Join(root, "internal", "readmelease")
+	js, _ := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(pkg, "main.go"): file}})
+	if err := os.WriteFile(overlay, js, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-overlay", overlay, "-o", os.DevNull, "./internal/readmelease")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("README.md:%d: the Go example does not compile: %v\n%s\n%s", b.line, err, out, src)
+	}
+}
+
+// TestReadmeDevelopment needs no server: the make targets the README's
+// Development block names exist (make -n: what they would run, without
+// running the whole suite, which is the lead's CI run).
+func TestReadmeDevelopment(t *testing.T) {
+	blocks, err := readmeSection(readmePath, "Development")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok := blocks["dev"]
+	if !ok {
+		t.Fatal("README's Development section has no block marked dev")
+	}
+	if strings.TrimSpace(b.text) != "make build && make test" {
+		t.Fatalf("README's Development block changed: update TestReadmeDevelopment\n%s", b.text)
+	}
+	cmd := exec.Command("make", "-n", "build", "test")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build test: %v\n%s", err, out)
+	}
+	for _, want := range []string{"go build -o bin/fenceproxy ./cmd/fenceproxy", "./scripts/test.sh"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("make -n build test no longer runs %q:\n%s", want, out)
+		}
+	}
+}
