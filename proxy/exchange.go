@@ -17,9 +17,9 @@ import (
 // for whoever set it to clear. The fencing layer writes to the client only
 // through it (and the relayer): it asks for the end to say "more results
 // follow" (more: the proxy runs the client's packet one statement at a
-// time) or to be held back (holdEnd: a guarded write's own transaction
-// must commit first), and has it write the held packet, an ERR or a 0-row
-// OK.
+// time), has the relayer hold the end back (relayHolding: a guarded
+// write's transaction must commit, or its lease be rechecked, first), and
+// has it write the held packet, an ERR or a 0-row OK.
 type exchange struct {
 	cmdSeq  byte // sequence number of the client's last command packet
 	delta   byte // added to backend sequence numbers on the way to the client
@@ -31,9 +31,8 @@ type exchange struct {
 	// the proxy sends the next statement of the client's packet itself
 	// (see runOneByOne). Set only by statement.
 	more bool
-	// holdEnd: the response's final OK or result set terminator goes to
-	// held instead of the client (see guardedWrite).
-	holdEnd bool
+	// held: the response's final OK or result set terminator, kept back
+	// by relayHolding (see guardedWrite).
 	held    heldPacket
 	scratch []byte // relayMarked's copy of a packet, reused across commands
 	// own: status bits of a transaction the proxy opened around a guarded
@@ -68,15 +67,14 @@ func (x *exchange) begin(seq byte) { *x = exchange{cmdSeq: seq, scratch: x.scrat
 // how far the client's response got (started, lastErr) does.
 func (x *exchange) statement(backendFirst, clientFirst byte, more bool) {
 	x.align(backendFirst, clientFirst)
-	x.more, x.holdEnd, x.held, x.own, x.conflict = more, false, heldPacket{}, 0, nil
+	x.more, x.held, x.own, x.conflict = more, heldPacket{}, 0, nil
 }
 
 // ownTransaction marks the rest of the statement's response as that of a
 // guarded write inside a transaction the proxy opened (own: the status
-// bits that transaction adds): its final packet is held until the proxy's
-// COMMIT, and no status it shows says the client is in a transaction. It
-// lasts until the next statement or command begins.
-func (x *exchange) ownTransaction(own uint16) { x.holdEnd, x.own = true, own }
+// bits that transaction adds): no status it shows says the client is in a
+// transaction. It lasts until the next statement or command begins.
+func (x *exchange) ownTransaction(own uint16) { x.own = own }
 
 // align makes the backend's packet with sequence number backendFirst reach
 // the client as clientFirst, and those after it in step: the proxy sent the

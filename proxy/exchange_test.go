@@ -32,7 +32,7 @@ func TestExchangeBeginResetsEverything(t *testing.T) {
 // of the statement before, its own alignment and "more" mark, and keeps
 // how far the client's response got.
 func TestExchangeStatementResets(t *testing.T) {
-	x := exchange{cmdSeq: 0, started: true, lastErr: true, limit: 5, more: true, holdEnd: true,
+	x := exchange{cmdSeq: 0, started: true, lastErr: true, limit: 5, more: true,
 		held: heldPacket{p: []byte{0}, seq: 3, eof: true}, own: 1, conflict: &fencedTxn{}, conflictCode: 1213}
 	x.statement(1, 4, false)
 	want := exchange{cmdSeq: 0, delta: 3, started: true, lastErr: true, limit: 5, conflictCode: 1213}

@@ -103,8 +103,10 @@ type responder interface {
 	// exchange: the command's state (exchange.go): the held packet, the
 	// marks of its status flags.
 	exchange() *exchange
-	// relayResponse relays the backend's response to the client, t watching it.
-	relayResponse(t resultHook) error
+	// relayResponse relays the backend's response to the client, t
+	// watching it; holdEnd: its final packet goes to the exchange's held
+	// packet instead.
+	relayResponse(t resultHook, holdEnd bool) error
 	sendError(code uint16, state, msg string) error
 	sendNoRows() error
 	writeHeld() error
@@ -173,8 +175,13 @@ func (f *fenceConn) statusUnknown()                     { f.statusStale = true }
 func (f *fenceConn) readWarnings() (warnPackets, error) { return f.conn().readWarnings() }
 func (f *fenceConn) broken(err error) error             { return f.backend.Err(err) }
 
-func (f *fenceConn) exchange() *exchange              { return &f.x }
-func (f *fenceConn) relayResponse(t resultHook) error { return f.conn().relayResults(t) }
+func (f *fenceConn) exchange() *exchange { return &f.x }
+func (f *fenceConn) relayResponse(t resultHook, holdEnd bool) error {
+	if holdEnd {
+		return f.conn().relayHolding(t)
+	}
+	return f.conn().relayResults(t)
+}
 func (f *fenceConn) sendError(code uint16, state, msg string) error {
 	return f.conn().sendError(code, state, msg)
 }

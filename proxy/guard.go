@@ -251,10 +251,7 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 	if err := send(); err != nil {
 		return err
 	}
-	fg.x().holdEnd = true
-	err := fg.out.relayResponse(t)
-	fg.x().holdEnd = false
-	if err != nil {
+	if err := fg.out.relayResponse(t, true); err != nil {
 		return err
 	}
 	elapsed := time.Since(began)
@@ -348,10 +345,9 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 	if err := fg.own.flush(); err != nil {
 		return err
 	}
-	if err := fg.out.relayResponse(t); err != nil {
+	if err := fg.out.relayResponse(t, true); err != nil {
 		return err
 	}
-	fg.x().holdEnd = false
 	kept, rows, rerr, err := fg.readAfterWrite(keep)
 	if err != nil {
 		return err

@@ -228,7 +228,7 @@ func (f *fakeFence) broken(err error) error { return err }
 
 // responder
 func (f *fakeFence) exchange() *exchange { return &f.x }
-func (f *fakeFence) relayResponse(h resultHook) error {
+func (f *fakeFence) relayResponse(h resultHook, holdEnd bool) error {
 	a := f.pop()
 	if !a.write {
 		panic("relayed a response of the proxy's own to the client")
@@ -243,7 +243,7 @@ func (f *fakeFence) relayResponse(h resultHook) error {
 	ok := wire.OKPacket{AffectedRows: a.affected, Status: st}
 	payload := wire.OKPayload(a.affected, st)
 	_, hold := h.okPacket(payload, ok, true)
-	if f.x.holdEnd || hold {
+	if holdEnd || hold {
 		f.x.held = heldPacket{p: payload, seq: 1}
 	} else {
 		f.x.started = true
@@ -587,7 +587,7 @@ func TestTrackerLeaseCheck(t *testing.T) {
 						tr := newTracker(fg, rt, stmts, single)
 						tr.pos = len(stmts) - 1
 						f.sendWrite()
-						if err := fg.out.relayResponse(tr); err != nil {
+						if err := fg.out.relayResponse(tr, false); err != nil {
 							t.Fatal(err)
 						}
 						err := tr.finish()

@@ -28,12 +28,24 @@ func (s *sessionStatus) ErrSeen()         { s.statusStale = true }
 type relayer struct {
 	c    *clientConn
 	hook resultHook
+	// holdEnd: the response's final OK or result set terminator goes to
+	// the exchange's held packet instead of the client (relayHolding).
+	holdEnd bool
 }
 
 // relayResults streams the response to COM_QUERY or COM_STMT_EXECUTE: one or
 // more results chained by SERVER_MORE_RESULTS_EXISTS.
 func (c *clientConn) relayResults(hook resultHook) error {
 	c.relay = relayer{c: c, hook: hook}
+	return c.walker().Response(&c.relay)
+}
+
+// relayHolding relays a response as relayResults does, but keeps its final
+// OK or result set terminator back in the exchange (x.held): a guarded
+// write's, which goes out once its transaction committed or its lease was
+// rechecked (writeHeld), or never.
+func (c *clientConn) relayHolding(hook resultHook) error {
+	c.relay = relayer{c: c, hook: hook, holdEnd: true}
 	return c.walker().Response(&c.relay)
 }
 
@@ -52,7 +64,7 @@ func (r *relayer) Ok(payload []byte, n int, ok wire.OKPacket, final bool) error 
 	}
 	replace, hold := r.hook.okPacket(payload, ok, final)
 	switch {
-	case (hold || c.x.holdEnd) && final:
+	case (hold || r.holdEnd) && final:
 		c.holdBackendPacket(n)
 	case replace != nil:
 		_, seq, _ := c.backend.PeekHeader()
@@ -82,7 +94,7 @@ func (r *relayer) Err(payload []byte, n int, inSet bool) error {
 			r.hook.result(result{isErr: true, err: wire.ParseErr(payload)})
 		}
 		if c.fence.fenced != nil && c.fence.engineConflict(code) {
-			if c.x.holdEnd {
+			if r.holdEnd {
 				// The proxy's COMMIT is queued behind this write: its
 				// response comes first, so the record (which may need a
 				// query of the proxy's own) waits for guardedWrite.
@@ -137,7 +149,7 @@ func (r *relayer) Row() error {
 func (r *relayer) SetEnd(n int, st uint16, final bool) error {
 	c := r.c
 	switch {
-	case c.x.holdEnd && final:
+	case r.holdEnd && final:
 		c.holdBackendPacket(n)
 		c.x.held.eof = !c.deprecateEOF
 		return nil

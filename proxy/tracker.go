@@ -240,7 +240,7 @@ func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) er
 			if err := send(); err != nil {
 				return err
 			}
-			if err := fg.out.relayResponse(t); err != nil {
+			if err := fg.out.relayResponse(t, false); err != nil {
 				return err
 			}
 		}
