@@ -44,9 +44,6 @@ type fencing struct {
 	fenced *fencedTxn
 }
 
-// x is the command's state.
-func (fg *fencing) x() *exchange { return fg.out.exchange() }
-
 // sessionView is what the fencing layer reads of the session: it changes
 // nothing.
 type sessionView interface {
@@ -100,9 +97,34 @@ type ownRunner interface {
 // responder answers the client's command and records what the fencing
 // layer decided.
 type responder interface {
-	// exchange: the command's state (exchange.go): the held packet, the
-	// marks of its status flags.
-	exchange() *exchange
+	// The command's state (exchange.go), as far as the fencing layer
+	// reads or sets it:
+	//
+	// holding: the final packet of the response is held back (its
+	// statement succeeded); dropHeld forgets it, writeHeld writes it;
+	// heldWarnings is its warning count.
+	holding() bool
+	dropHeld()
+	heldWarnings() uint16
+	// answered: some of the response went to the client; failed: it
+	// ended with an ERR.
+	answered() bool
+	failed() bool
+	// moreFollows: the response's end says more results follow (the
+	// proxy runs the client's packet one statement at a time); markEnd
+	// sets the end's status flags in an OK payload so.
+	moreFollows() bool
+	markEnd(ok []byte) bool
+	// statement starts the response to one statement of the client's
+	// packet, sent as a packet of its own (first: the packet's first;
+	// more: others follow).
+	statement(first, more bool)
+	// ownTransaction: the statement runs in a transaction of the
+	// proxy's (own: its status bits, which the client never sees).
+	ownTransaction(own uint16)
+	// takeConflict returns and forgets the conflict the relay deferred
+	// while the proxy's statements were queued behind the write.
+	takeConflict() (*fencedTxn, uint16)
 	// relayResponse relays the backend's response to the client, t
 	// watching it; holdEnd: its final packet goes to the exchange's held
 	// packet instead.
@@ -110,8 +132,6 @@ type responder interface {
 	sendError(code uint16, state, msg string) error
 	sendNoRows() error
 	writeHeld() error
-	// lastOut: the sequence number of the last packet to the client.
-	lastOut() byte
 	// keepWarnings keeps TiDB's warnings for the client's next SHOW
 	// WARNINGS.
 	keepWarnings(w *keptWarnings)
@@ -175,7 +195,29 @@ func (f *fenceConn) statusUnknown()                     { f.statusStale = true }
 func (f *fenceConn) readWarnings() (warnPackets, error) { return f.conn().readWarnings() }
 func (f *fenceConn) broken(err error) error             { return f.backend.Err(err) }
 
-func (f *fenceConn) exchange() *exchange { return &f.x }
+func (f *fenceConn) holding() bool          { return f.x.held.p != nil }
+func (f *fenceConn) dropHeld()              { f.x.held.p = nil }
+func (f *fenceConn) heldWarnings() uint16   { return heldWarnings(f.x.held) }
+func (f *fenceConn) answered() bool         { return f.x.started }
+func (f *fenceConn) failed() bool           { return f.x.lastErr }
+func (f *fenceConn) moreFollows() bool      { return f.x.more }
+func (f *fenceConn) markEnd(ok []byte) bool { return f.x.markEnd(ok, false) }
+func (f *fenceConn) statement(first, more bool) {
+	// Each statement goes out as one packet: its response starts at 1, and
+	// reaches the client after the command's packet, or after what the
+	// statement before sent.
+	next := f.x.cmdSeq + 1
+	if !first {
+		next = f.client.LastOut() + 1
+	}
+	f.x.statement(1, next, more)
+}
+func (f *fenceConn) ownTransaction(own uint16) { f.x.ownTransaction(own) }
+func (f *fenceConn) takeConflict() (*fencedTxn, uint16) {
+	ft, code := f.x.conflict, f.x.conflictCode
+	f.x.conflict = nil
+	return ft, code
+}
 func (f *fenceConn) relayResponse(t resultHook, holdEnd bool) error {
 	if holdEnd {
 		return f.conn().relayHolding(t)
@@ -187,7 +229,6 @@ func (f *fenceConn) sendError(code uint16, state, msg string) error {
 }
 func (f *fenceConn) sendNoRows() error                   { return f.conn().sendNoRows() }
 func (f *fenceConn) writeHeld() error                    { return f.conn().writeHeld() }
-func (f *fenceConn) lastOut() byte                       { return f.client.LastOut() }
 func (f *fenceConn) keepWarnings(w *keptWarnings)        { f.warn = w }
 func (f *fenceConn) audit(rec audit.Record, rt *runtime) { f.conn().writeAudit(rec, rt) }
 func (f *fenceConn) countRefused(reason, mode string, answered bool) {

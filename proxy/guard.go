@@ -258,14 +258,14 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 	if err := fg.auditDeferred(); err != nil {
 		return err
 	}
-	if fg.x().held.p == nil {
+	if !fg.out.holding() {
 		return nil // the write failed; its ERR went out
 	}
 	if v.remainingKnown && elapsed < v.remaining/2 {
 		return fg.out.writeHeld()
 	}
 	// Late: ask the database.
-	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.x().more
+	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.out.moreFollows()
 	if keep {
 		if err := fg.own.queue("SHOW WARNINGS"); err != nil {
 			return err
@@ -282,10 +282,10 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 		return err
 	}
 	if rerr == nil && lease.RecheckHolds(toFields(rows)) {
-		fg.keepWarnings(kept, heldWarnings(fg.x().held))
+		fg.keepWarnings(kept, fg.out.heldWarnings())
 		return fg.out.writeHeld()
 	}
-	fg.x().held.p = nil
+	fg.out.dropHeld()
 	if rerr != nil && fg.engineConflict(rerr.Code) {
 		return fg.lostAfterWrite(rerr)
 	}
@@ -324,13 +324,13 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string) error {
 	// The transaction is the proxy's: it ends with this command.
 	defer func() { fg.fenced = nil }()
-	fg.x().ownTransaction(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
+	fg.out.ownTransaction(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
 	// TiDB empties SHOW WARNINGS at every statement (MariaDB keeps them
 	// past the recheck and the COMMIT), so on TiDB the write's warnings
 	// are read right after it, in the same flush, for the client's next
 	// SHOW WARNINGS (see warnings.go). Not for a statement of a packet
 	// that others follow: they would replace them.
-	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.x().more
+	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.out.moreFollows()
 	if err := send(); err != nil {
 		return err
 	}
@@ -353,14 +353,14 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		return err
 	}
 	live := rerr == nil && lease.RecheckHolds(toFields(rows))
-	if rerr != nil && fg.engineConflict(rerr.Code) && fg.x().held.p != nil {
+	if rerr != nil && fg.engineConflict(rerr.Code) && fg.out.holding() {
 		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
-		fg.x().held.p = nil
+		fg.out.dropHeld()
 		return fg.lostAfterWrite(rerr)
 	}
-	if fg.x().held.p == nil || !live {
+	if !fg.out.holding() || !live {
 		// The write failed (its ERR went out already), or it outlived its
 		// lease: nothing of it may commit.
 		if _, err := fg.own.exec(rollbackOwn); err != nil {
@@ -371,11 +371,11 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
-		if fg.x().held.p == nil {
+		if !fg.out.holding() {
 			fg.keepWarnings(kept, 0)
 			return nil
 		}
-		fg.x().held.p = nil
+		fg.out.dropHeld()
 		return fg.rejectExpired(rt, f, v, rerr)
 	}
 	_, cerr := fg.own.exec(commitOwn)
@@ -389,14 +389,14 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		be := cerr.(*backendError)
 		// Nothing was committed: the client gets the COMMIT's error in
 		// place of the write's success (after its rows, for RETURNING).
-		fg.x().held.p = nil
+		fg.out.dropHeld()
 		fg.own.statusUnknown()
 		if err := fg.noteError(be.Code); err != nil {
 			return err
 		}
 		return fg.out.sendError(be.Code, be.State, be.Msg)
 	}
-	fg.keepWarnings(kept, heldWarnings(fg.x().held))
+	fg.keepWarnings(kept, fg.out.heldWarnings())
 	return fg.out.writeHeld()
 }
 
@@ -434,13 +434,11 @@ func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Va
 // auditDeferred audits the engine conflict the write itself met, once the
 // statements queued behind it are read.
 func (fg *fencing) auditDeferred() error {
-	x := fg.x()
-	ft := x.conflict
+	ft, code := fg.out.takeConflict()
 	if ft == nil {
 		return nil
 	}
-	x.conflict = nil
-	return fg.auditConflict(ft.rt, ft.fence, ft.v, x.conflictCode)
+	return fg.auditConflict(ft.rt, ft.fence, ft.v, code)
 }
 
 // keepWarnings keeps TiDB's SHOW WARNINGS packets for the client's next
@@ -452,7 +450,7 @@ func (fg *fencing) keepWarnings(kept warnPackets, n uint16) {
 	}
 	count := uint64(n)
 	if n == 0 {
-		if fg.x().held.p != nil {
+		if fg.out.holding() {
 			return // no warnings to keep
 		}
 		count = uint64(kept.Rows)
@@ -463,7 +461,7 @@ func (fg *fencing) keepWarnings(kept warnPackets, n uint16) {
 // rejectExpired answers a guarded write that ran after its lease expired,
 // and was undone, as a rejected one (reason expired).
 func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr *backendError) error {
-	if rt.policy.OnStale == onStaleError || f.Rows || fg.x().started {
+	if rt.policy.OnStale == onStaleError || f.Rows || fg.out.answered() {
 		// An OK of 0 rows cannot follow rows already relayed.
 		fg.auditExpired(rt, f, v, "error", rerr)
 		return fg.out.sendError(erSignal, "45000", v.expiredMessage())

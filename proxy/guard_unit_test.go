@@ -227,7 +227,22 @@ func (f *fakeFence) readWarnings() (warnPackets, error) {
 func (f *fakeFence) broken(err error) error { return err }
 
 // responder
-func (f *fakeFence) exchange() *exchange { return &f.x }
+func (f *fakeFence) holding() bool          { return f.x.held.p != nil }
+func (f *fakeFence) dropHeld()              { f.x.held.p = nil }
+func (f *fakeFence) heldWarnings() uint16   { return heldWarnings(f.x.held) }
+func (f *fakeFence) answered() bool         { return f.x.started }
+func (f *fakeFence) failed() bool           { return f.x.lastErr }
+func (f *fakeFence) moreFollows() bool      { return f.x.more }
+func (f *fakeFence) markEnd(ok []byte) bool { return f.x.markEnd(ok, false) }
+func (f *fakeFence) statement(first, more bool) {
+	f.x.statement(1, 1, more)
+}
+func (f *fakeFence) ownTransaction(own uint16) { f.x.ownTransaction(own) }
+func (f *fakeFence) takeConflict() (*fencedTxn, uint16) {
+	ft, code := f.x.conflict, f.x.conflictCode
+	f.x.conflict = nil
+	return ft, code
+}
 func (f *fakeFence) relayResponse(h resultHook, holdEnd bool) error {
 	a := f.pop()
 	if !a.write {
@@ -273,7 +288,6 @@ func (f *fakeFence) writeHeld() error {
 	f.client = append(f.client, fmt.Sprintf("OK %d status %#x", ok.AffectedRows, ok.Status))
 	return nil
 }
-func (f *fakeFence) lastOut() byte                          { return 1 }
 func (f *fakeFence) keepWarnings(w *keptWarnings)           { f.kept = w }
 func (f *fakeFence) audit(rec audit.Record, _ *runtime)     { f.records = append(f.records, rec) }
 func (f *fakeFence) countRefused(string, string, bool)      {}

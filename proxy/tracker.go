@@ -79,11 +79,11 @@ func (t *tracker) okPacket(payload []byte, ok wire.OKPacket, final bool) ([]byte
 // patchMore is the final OK with "more results" set when the proxy runs a
 // multi-statement packet one statement at a time, nil when it goes as it is.
 func (t *tracker) patchMore(payload []byte, final bool) []byte {
-	if !final || !t.fg.x().more {
+	if !final || !t.fg.out.moreFollows() {
 		return nil
 	}
 	out := append([]byte(nil), payload...)
-	t.fg.x().markEnd(out, false)
+	t.fg.out.markEnd(out)
 	return out
 }
 
@@ -116,7 +116,7 @@ func (t *tracker) finish() error {
 		if be, ok := err.(*backendError); ok && be.Code == erConflict {
 			// The check's locking read was chosen as a deadlock's victim:
 			// the transaction, this write with it, was rolled back.
-			fg.x().held.p = nil
+			fg.out.dropHeld()
 			if err := fg.auditConflict(t.rt, t.held.fence, verdict{}, be.Code); err != nil {
 				return err
 			}
@@ -136,7 +136,7 @@ func (t *tracker) finish() error {
 				}
 				return t.restoreRowCount(t.held.pos)
 			}
-			fg.x().held.p = nil
+			fg.out.dropHeld()
 			if err := fg.auditLockWait(t.rt, t.held.fence, "error"); err != nil {
 				return err
 			}
@@ -148,7 +148,7 @@ func (t *tracker) finish() error {
 		switch {
 		case v.rejected() && t.rt.policy.OnStale == onStaleError:
 			fg.auditStale(t.rt, t.held.fence, v, "error")
-			fg.x().held.p = nil
+			fg.out.dropHeld()
 			return fg.out.sendError(erSignal, "45000", v.message())
 		case v.rejected():
 			fg.auditStale(t.rt, t.held.fence, v, "zero_rows")
@@ -189,7 +189,7 @@ func (t *tracker) finish() error {
 // there were no warnings to keep). Only a packet's last statement leaves
 // its ROW_COUNT() to the next one.
 func (t *tracker) restoreRowCount(pos int) error {
-	if pos != len(t.stmts)-1 || t.fg.x().lastErr {
+	if pos != len(t.stmts)-1 || t.fg.out.failed() {
 		return nil
 	}
 	_, err := t.fg.own.exec("DO 0")
@@ -223,12 +223,9 @@ func (fg *fencing) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
 // exactly where the server would have stopped after an error, so later
 // statements never run.
 func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
-	x := fg.x()
-	next := x.cmdSeq + 1 // the client's next expected sequence number
 	for i := range stmts {
 		st := stmts[i]
-		// Each statement goes out as one packet: its response starts at 1.
-		x.statement(1, next, i < len(stmts)-1)
+		fg.out.statement(i == 0, i < len(stmts)-1)
 		text := sql[st.Span[0]:st.Span[1]]
 		send := func() error { return fg.own.sendStatement(text) }
 		t := newTracker(fg, rt, stmts[i:i+1], true)
@@ -247,10 +244,9 @@ func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) er
 		if err := t.finish(); err != nil {
 			return err
 		}
-		if x.lastErr {
+		if fg.out.failed() {
 			return nil
 		}
-		next = fg.out.lastOut() + 1
 	}
 	return nil
 }
