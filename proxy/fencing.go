@@ -52,10 +52,10 @@ type sessionView interface {
 	// serverStatus: the last status flags the server sent.
 	serverStatus() uint16
 	inTransaction() bool
-	// tablesLocked: the session holds table locks (LOCK TABLES).
+	// locksHeld: the session holds table locks (LOCK TABLES).
 	locksHeld() bool
-	// namedStmt: the statement prepared under name with SQL-level PREPARE, or
-	// nil.
+	// namedStmt: the statement prepared under name with SQL-level
+	// PREPARE, or nil.
 	namedStmt(name string) *rewrite.Stmt
 	// digest: the audit record's digest of sql, read under the session's
 	// settings.
