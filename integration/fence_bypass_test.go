@@ -137,7 +137,7 @@ func TestPreparedStatementsAreFenced(t *testing.T) {
 		e := newFencedEnv(t, envOptions{engine: eng})
 		ctx := context.Background()
 		c := e.session(t)
-		l := e.acquire(t, "invoice:acme", 400*time.Millisecond)
+		l := e.acquire(t, "invoice:acme", time.Minute)
 		setFence(t, c, l)
 		ins, err := c.PrepareContext(ctx, "INSERT INTO invoices (customer, period, amount, token) VALUES (?, ?, ?, @fence_token)")
 		if err != nil {
@@ -160,7 +160,7 @@ func TestPreparedStatementsAreFenced(t *testing.T) {
 		if r, err := upd.ExecContext(ctx, 11, "acme", "2026-10"); err != nil || rowsAffected(r) != 1 {
 			t.Fatalf("valid prepared update: %v", err)
 		}
-		e.awaitExpired(t, l.Name)
+		e.expire(t, l.Name)
 		e.acquire(t, l.Name, time.Minute)
 		if r, err := upd.ExecContext(ctx, 12, "acme", "2026-10"); err != nil || rowsAffected(r) != 0 {
 			t.Fatalf("stale prepared update: %v, %d rows", err, rowsAffected(r))
@@ -183,14 +183,14 @@ func TestSQLLevelPrepare(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, eng string) {
 		e := newFencedEnv(t, envOptions{engine: eng, onStale: "error"})
 		c := e.session(t)
-		l := e.acquire(t, "invoice:acme", 400*time.Millisecond)
+		l := e.acquire(t, "invoice:acme", time.Minute)
 		setFence(t, c, l)
 		mustExec(t, c, "PREPARE ins FROM 'INSERT INTO invoices (customer, period, amount) VALUES (?, ''2026-10'', ?)'")
 		mustExec(t, c, "SET @c = 'acme', @a = 5")
 		if r := mustExec(t, c, "EXECUTE ins USING @c, @a"); rowsAffected(r) != 1 {
 			t.Fatal("valid EXECUTE changed nothing")
 		}
-		e.awaitExpired(t, l.Name)
+		e.expire(t, l.Name)
 		mustExec(t, c, "SET @c = 'globex'")
 		_, err := c.ExecContext(context.Background(), "EXECUTE ins USING @c, @a")
 		if err == nil || !strings.Contains(err.Error(), "1644") {

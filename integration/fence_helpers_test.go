@@ -167,6 +167,16 @@ func (e *fencedEnv) awaitExpired(t *testing.T, name string) {
 	})
 }
 
+// expire ends lease name's term now by database time, as its TTL running
+// out would (on Galera on node 2), without a short TTL that a loaded
+// machine can outlive before the test's valid writes have run.
+func (e *fencedEnv) expire(t *testing.T, name string) {
+	t.Helper()
+	mustExec(t, e.other, "UPDATE fenced_job_leases SET leased_until = SYSDATE(3) - INTERVAL 1 SECOND WHERE lease_name = ?", name)
+	e.sync(t)
+	e.awaitExpired(t, name)
+}
+
 // setToken forces lease name's row to fence token n (expired), so that the
 // next acquire gets n+1.
 func (e *fencedEnv) setToken(t *testing.T, name string, n uint64) {

@@ -27,14 +27,14 @@ func TestReconciliationStory(t *testing.T) {
 				e.setToken(t, name, 6)
 
 				a := e.session(t)
-				la := e.acquire(t, name, 500*time.Millisecond)
+				la := e.acquire(t, name, time.Minute)
 				if la.Token != 7 {
 					t.Fatalf("A got token %d, want 7", la.Token)
 				}
 				setFence(t, a, la)
 				mustExec(t, a, "INSERT INTO reconciliation_runs (id, status) VALUES (1, 'running')")
 
-				e.awaitExpired(t, name) // A pauses: GC, a slow API, a frozen VM
+				e.expire(t, name) // A pauses: GC, a slow API, a frozen VM
 
 				b := e.session(t)
 				lb := e.acquire(t, name, time.Minute)
