@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -34,9 +35,13 @@ func TableFor(configured, schema string) (string, string) {
 type fenceRef struct {
 	lease   string // the lease name: a literal, or the lease variable
 	missing string // true when the session lacks a fence variable the check needs
-	owner   string
+	owner   string // the owner variable; "" for a statement's own fence (ownerSum)
 	token   string
 	from    string // the lease table, aliased FenceAlias
+	// ownerSum: a statement's own fence names its owner only by its
+	// SHA-256 (64 hex digits), never the secret itself (see Presented).
+	ownerSum  string
+	ownerHash string // the owner's short hash, as an SQL expression
 }
 
 // ref builds the names of spec. lit writes a fixed lease name: the guards
@@ -48,12 +53,35 @@ func ref(spec GuardSpec, lit func(string) string) fenceRef {
 	r := fenceRef{lease: userVar(spec.Vars.Lease), owner: userVar(spec.Vars.Owner), token: userVar(spec.Vars.Token),
 		from: quoteIdent(spec.Schema) + "." + quoteIdent(spec.Table) + " AS " + FenceAlias}
 	r.missing = r.owner + " IS NULL OR " + r.token + " IS NULL"
+	r.ownerHash = ownerHashSQL(r.owner)
+	if p := spec.Presented; p != nil {
+		// The statement's own fence: literals, the session's variables
+		// neither read nor changed.
+		r.lease, r.owner, r.token, r.missing = nameLit(p.Lease), "", strconv.FormatUint(p.Token, 10), "0"
+		sum := sha256.Sum256([]byte(p.Owner))
+		r.ownerSum = hex.EncodeToString(sum[:])
+		r.ownerHash = "'" + OwnerHash(p.Owner) + "'"
+	}
 	if spec.Lease != "" {
 		r.lease = lit(spec.Lease)
-	} else {
+	} else if spec.Presented == nil {
 		r.missing += " OR " + r.lease + " IS NULL"
 	}
 	return r
+}
+
+// ownerIs compares the lease row's owner with the presented one: the
+// owner variable, or for a statement's own fence the SHA-256 of the
+// column against the presented owner's, both binary (the column is
+// VARBINARY; UNHEX and X” are binary strings), so that the text the
+// server receives, logs and shows in PROCESSLIST never holds the secret.
+// The lookup stays a primary-key lookup on lease_name; the digest is
+// computed for that one row.
+func (r fenceRef) ownerIs() string {
+	if r.ownerSum != "" {
+		return "UNHEX(SHA2(fence_l.owner_token, 256)) = X'" + r.ownerSum + "'"
+	}
+	return "fence_l.owner_token = " + r.owner
 }
 
 func plainLit(name string) string { return "'" + name + "'" }
@@ -64,7 +92,7 @@ func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``")
 // presented is what the session presents, for audit records: the lease, the
 // owner as a short hash only, and the token.
 func (r fenceRef) presented() string {
-	return "CAST(" + r.lease + " AS CHAR), " + ownerHashSQL(r.owner) + ", CAST(" + r.token + " AS CHAR)"
+	return "CAST(" + r.lease + " AS CHAR), " + r.ownerHash + ", CAST(" + r.token + " AS CHAR)"
 }
 
 // WriteFence writes the fence placed inside a fenced write's text:
@@ -88,8 +116,8 @@ func WriteFence(b *strings.Builder, spec GuardSpec, e Engine) {
 	b.WriteString(r.from)
 	b.WriteString(" WHERE fence_l.lease_name = ")
 	b.WriteString(r.lease)
-	b.WriteString(" AND fence_l.owner_token = ")
-	b.WriteString(r.owner)
+	b.WriteString(" AND ")
+	b.WriteString(r.ownerIs())
 	b.WriteString(" AND fence_l.fence_token = ")
 	b.WriteString(r.token)
 	b.WriteString(" AND fence_l.leased_until > SYSDATE(3)")
@@ -111,8 +139,8 @@ func VerdictSQL(spec GuardSpec, e Engine, locking bool) string {
 	if locking && e != TiDB {
 		lock = " LOCK IN SHARE MODE"
 	}
-	return "SELECT " + r.missing + ", " + r.presented() + ", (SELECT CONCAT_WS(',', fence_l.fence_token, fence_l.owner_token = " +
-		r.owner + ", fence_l.leased_until > SYSDATE(3)) FROM " + r.from + " WHERE fence_l.lease_name = " + r.lease + lock + ")"
+	return "SELECT " + r.missing + ", " + r.presented() + ", (SELECT CONCAT_WS(',', fence_l.fence_token, " +
+		r.ownerIs() + ", fence_l.leased_until > SYSDATE(3)) FROM " + r.from + " WHERE fence_l.lease_name = " + r.lease + lock + ")"
 }
 
 // VerdictColumns are the columns of VerdictSQL's row: the fence variables'

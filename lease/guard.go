@@ -78,6 +78,20 @@ type GuardSpec struct {
 	Schema, Table string // the lease table
 	Lease         string // fixed lease name; "" = the session's lease variable
 	Vars          Vars
+	// Presented: the statement carries its own fence (a fence comment);
+	// nil = the session's fence variables.
+	Presented *Presented
+}
+
+// Presented is a fence a statement carries itself (a sqlcommenter comment
+// with fence_lease, fence_owner and fence_token): the check compares the
+// lease row with these values, as literals, and neither reads nor changes
+// the session's fence variables. The owner reaches the server only as its
+// SHA-256 (see fenceRef.ownerIs).
+type Presented struct {
+	Lease string
+	Owner string
+	Token uint64
 }
 
 // Guard is a guard statement and how to read its verdict.
@@ -163,6 +177,11 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 			return Guard{}, err
 		}
 	}
+	if p := spec.Presented; p != nil {
+		if err := ValidatePresented(*p); err != nil {
+			return Guard{}, err
+		}
+	}
 	r := ref(spec, nameLit)
 	lock := " LOCK IN SHARE MODE"
 	if e == TiDB {
@@ -172,7 +191,7 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 	b.WriteString("SELECT ")
 	b.WriteString(r.missing)
 	b.WriteString(", fence_l.fence_token = " + r.token)
-	b.WriteString(", fence_l.owner_token = " + r.owner)
+	b.WriteString(", " + r.ownerIs())
 	b.WriteString(", fence_l.leased_until > SYSDATE(3), fence_l.fence_token, ")
 	b.WriteString(r.presented())
 	b.WriteString(", UNIX_TIMESTAMP(fence_l.leased_until), TIMESTAMPDIFF(MICROSECOND, SYSDATE(3), fence_l.leased_until)")
@@ -186,10 +205,19 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 	if e == Galera {
 		g.Classify, g.Kind = g.SQL, GuardAffected
 		g.SQL = "UPDATE " + r.from + " SET fence_l." + WriteCounter + " = fence_l." + WriteCounter +
-			" + 1 WHERE fence_l.lease_name = " + r.lease + " AND fence_l.owner_token = " + r.owner + " AND fence_l.fence_token = " + r.token +
+			" + 1 WHERE fence_l.lease_name = " + r.lease + " AND " + r.ownerIs() + " AND fence_l.fence_token = " + r.token +
 			" AND fence_l.leased_until > SYSDATE(3)"
 	}
 	return g, nil
+}
+
+// ValidatePresented checks a statement's own fence: a lease name and an
+// owner token as the lease functions accept them.
+func ValidatePresented(p Presented) error {
+	if err := ValidateName(p.Lease); err != nil {
+		return err
+	}
+	return ValidateOwner(p.Owner)
 }
 
 // Holds reads a GuardAffected guard's affected-row count.

@@ -84,7 +84,7 @@ func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []re
 	var ts []rewrite.Target
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		g, err := lease.GuardFor(fg.guardEngine(), leaseSpec(rt.policy, tg))
+		g, err := lease.GuardFor(fg.guardEngine(), leaseSpec(rt.policy, f, tg))
 		if err != nil {
 			return nil, nil, err
 		}

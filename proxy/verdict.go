@@ -61,7 +61,7 @@ func tokenString(t *uint64) string {
 func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		sql := lease.VerdictSQL(leaseSpec(rt.policy, tg), fg.guardEngine(), locking)
+		sql := lease.VerdictSQL(leaseSpec(rt.policy, f, tg), fg.guardEngine(), locking)
 		if seen[sql] {
 			continue
 		}
@@ -94,10 +94,12 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 	return verdict{}, nil
 }
 
-// leaseSpec is the lease check of a protected write's target.
-func leaseSpec(pol *policy.Policy, tg rewrite.Target) lease.GuardSpec {
+// leaseSpec is the lease check of target tg of protected write f: under
+// the statement's own fence when it carries one (f.Presented), else under
+// the session's fence variables.
+func leaseSpec(pol *policy.Policy, f *rewrite.Fence, tg rewrite.Target) lease.GuardSpec {
 	schema, table := pol.LeaseTableFor(tg.Schema)
-	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol)}
+	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol), Presented: f.Presented}
 }
 
 // verdictOf is the proxy's verdict for target tg from what the lease

@@ -8,7 +8,10 @@
 // path that neither allocates nor parses.
 package rewrite
 
-import "github.com/fenceproxy/fenceproxy/internal/sqlread"
+import (
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+	"github.com/fenceproxy/fenceproxy/lease"
+)
 
 // Flavor is the server family, learned from the handshake's version
 // string: the tokenizer's, which reads each family's comments by its rules.
@@ -233,6 +236,13 @@ type Fence struct {
 	// Rows: the write answers with a result set, not an OK (MariaDB's
 	// RETURNING, ANALYZE).
 	Rows bool
+
+	// Presented: the statement carries its own fence (a sqlcommenter
+	// fence comment, removed from the text sent): every lease check of
+	// this write (the fence in its text, its guard, the verdict on a
+	// rejection, the audit record) uses it, and never the session's fence
+	// variables. Nil: the session's variables.
+	Presented *lease.Presented
 }
 
 // Target is one protected table a statement writes.

@@ -154,6 +154,13 @@ func (e *Engine) entry(sql []byte, srv Server, sess *Session, prepare bool) Deci
 	if s.ASCIIRemap && e.hasTables() {
 		return Decision{Action: Refuse, Refusal: remapRefusal}
 	}
+	if hasFenceKey(sql) {
+		// A statement may carry its own fence (stmtfence.go): its values
+		// are the statement's alone, so no cache keeps or reuses the
+		// decision, and the fast path does not take it (its fence keys
+		// must leave the text even when it writes nothing protected).
+		return e.slow(sql, srv, s, prepare, nil)
+	}
 	if e.fastAll(sql, srv, s) {
 		return Decision{Action: Forward}
 	}
@@ -302,6 +309,10 @@ func sameStmt(x, y *Stmt) bool {
 	}
 	if x.Fence != nil {
 		if len(x.Fence.Targets) != len(y.Fence.Targets) || x.Fence.Guard != y.Fence.Guard || x.Fence.Rows != y.Fence.Rows {
+			return false
+		}
+		if (x.Fence.Presented == nil) != (y.Fence.Presented == nil) ||
+			x.Fence.Presented != nil && *x.Fence.Presented != *y.Fence.Presented {
 			return false
 		}
 		for i := range x.Fence.Targets {

@@ -17,6 +17,9 @@ type fenceKey struct {
 	lease  string // the table's fixed lease; "" = the session's lease variable
 	schema string // the lease table
 	table  string
+	// presented: the statement's own fence (zero: the session's
+	// variables).
+	presented lease.Presented
 }
 
 // fenceKeys groups the targets by lease and lease table, in order of first
@@ -40,6 +43,17 @@ func (e *Engine) fenceKeys(targets []Target) []fenceKey {
 	return keys
 }
 
+// fenceKeys is e.fenceKeys under the statement's own fence, if it has one.
+func (in *stmtIn) fenceKeys(targets []Target) []fenceKey {
+	keys := in.pc.e.fenceKeys(targets)
+	if in.presented != nil {
+		for i := range keys {
+			keys[i].presented = *in.presented
+		}
+	}
+	return keys
+}
+
 // fenceSQL is the condition for all keys, ANDed.
 func (e *Engine) fenceSQL(keys []fenceKey, flavor Flavor) string {
 	var b strings.Builder
@@ -58,8 +72,13 @@ func (e *Engine) writeFence(b *strings.Builder, k fenceKey, flavor Flavor) {
 	if flavor == TiDB {
 		eng = lease.TiDB
 	}
-	lease.WriteFence(b, lease.GuardSpec{Schema: k.schema, Table: k.table, Lease: k.lease,
-		Vars: lease.Vars{Lease: v.Lease, Owner: v.Owner, Token: v.Token}}, eng)
+	spec := lease.GuardSpec{Schema: k.schema, Table: k.table, Lease: k.lease,
+		Vars: lease.Vars{Lease: v.Lease, Owner: v.Owner, Token: v.Token}}
+	if k.presented != (lease.Presented{}) {
+		p := k.presented
+		spec.Presented = &p
+	}
+	lease.WriteFence(b, spec, eng)
 }
 
 // quoteIdent backquotes a name, doubling backquotes.

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+	"github.com/fenceproxy/fenceproxy/lease"
 )
 
 // A packet is decided statement by statement, in the order the server
@@ -53,6 +54,9 @@ type stmtIn struct {
 	whole bool
 	// inBlock: a simple statement inside a compound statement.
 	inBlock bool
+	// presented: the statement's own fence, from its fence comment
+	// (stmtfence.go); nil = the session's fence variables.
+	presented *lease.Presented
 }
 
 // stmtRes is the verdict on one statement.
@@ -81,6 +85,9 @@ type packetCtx struct {
 	trace   *shapeTrace // the shape cache's record of this decision; nil = none wanted
 	tokens  int         // tokens read so far, every reading included (limits.go)
 	forks   int         // readings of an unknown sql_mode in force (fork)
+	// stmtFences: the packet mentions a fence key, so each statement is
+	// read for a fence comment of its own (stmtfence.go).
+	stmtFences bool
 }
 
 // restResult is the verdict on the statements from some position on.
@@ -110,7 +117,7 @@ func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, d
 		}
 		return Decision{Action: Forward} // nothing protected: relayed unread
 	}
-	pc := &packetCtx{e: e, src: sql, prepare: prepare, depth: depth, trace: tr}
+	pc := &packetCtx{e: e, src: sql, prepare: prepare, depth: depth, trace: tr, stmtFences: hasFenceKey(sql)}
 	norm := make([]byte, len(sql))
 	copy(norm, sql)
 	oracle := s.Oracle
@@ -247,7 +254,20 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 		out.nonEmpty++
 		out.changesSchema = out.changesSchema || changesSchema(pc.src, toks[0])
 		in := &stmtIn{pc: pc, toks: toks, start: pos, end: end, final: final, st: st, norm: norm}
+		var fc *fenceComment
+		if pc.stmtFences {
+			if fc = in.findFenceComment(); fc != nil && fc.malformed == "" {
+				in.presented = &fc.presented
+			}
+		}
 		res := in.decide()
+		if pc.stmtFences {
+			stmtEnd := end
+			if res.endAt > 0 {
+				stmtEnd = res.endAt
+			}
+			in.applyStmtFence(&res, fc, stmtEnd)
+		}
 		if res.refusal != nil {
 			out.refusal = res.refusal
 			return out

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/pingcap/tidb/pkg/parser/ast"
 	"github.com/pingcap/tidb/pkg/parser/format"
 	"github.com/pingcap/tidb/pkg/parser/opcode"
@@ -35,6 +36,11 @@ type fenceCacheKey struct {
 
 // canonical returns the restored text of the fence condition for k.
 func (e *Engine) canonical(k fenceKey, mode lexMode) (string, bool) {
+	if k.presented != (lease.Presented{}) {
+		// A statement's own fence: its values are the statement's, not
+		// kept.
+		return e.canonicalText(k, mode)
+	}
 	ck := fenceCacheKey{k, mode.server.Flavor}
 	e.fences.mu.Lock()
 	s, ok := e.fences.m[ck]
@@ -42,16 +48,7 @@ func (e *Engine) canonical(k fenceKey, mode lexMode) (string, bool) {
 	if ok {
 		return s, true
 	}
-	text := "SELECT 1 FROM DUAL WHERE " + e.fenceSQL([]fenceKey{k}, mode.server.Flavor)
-	n, err := parseOne(text, lexMode{server: mode.server})
-	if err != nil {
-		return "", false
-	}
-	sel, ok := n.(*ast.SelectStmt)
-	if !ok || sel.Where == nil {
-		return "", false
-	}
-	s, ok = restore(sel.Where)
+	s, ok = e.canonicalText(k, mode)
 	if !ok {
 		return "", false
 	}
@@ -62,6 +59,20 @@ func (e *Engine) canonical(k fenceKey, mode lexMode) (string, bool) {
 	e.fences.m[ck] = s
 	e.fences.mu.Unlock()
 	return s, true
+}
+
+// canonicalText parses and restores the fence condition for k.
+func (e *Engine) canonicalText(k fenceKey, mode lexMode) (string, bool) {
+	text := "SELECT 1 FROM DUAL WHERE " + e.fenceSQL([]fenceKey{k}, mode.server.Flavor)
+	n, err := parseOne(text, lexMode{server: mode.server})
+	if err != nil {
+		return "", false
+	}
+	sel, ok := n.(*ast.SelectStmt)
+	if !ok || sel.Where == nil {
+		return "", false
+	}
+	return restore(sel.Where)
 }
 
 func restore(n ast.Node) (string, bool) {
@@ -114,7 +125,7 @@ func (in *stmtIn) verify(orig ast.StmtNode, explained bool, edits []edit, target
 	} else if ok {
 		n = y.Stmt
 	}
-	keys := e.fenceKeys(targets)
+	keys := in.fenceKeys(targets)
 	var fences []string
 	for _, k := range keys {
 		f, ok := e.canonical(k, in.st.mode)

@@ -51,7 +51,7 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement has non-ASCII bytes outside quotes; "+
 			"fenceproxy fences only statements whose unquoted names are ASCII (quote such names with backquotes)")
 	}
-	fc := &Fence{Targets: targets, Digest: in.digest()}
+	fc := &Fence{Targets: targets, Digest: in.digest(), Presented: in.presented}
 	var edits []edit
 	_, isInsert := n.(*ast.InsertStmt)
 	tidb := in.st.mode.server.Flavor == TiDB
@@ -84,7 +84,7 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		// node (integration/galera_race_test.go).
 		fc.Guard = true
 	} else {
-		keys := e.fenceKeys(targets)
+		keys := in.fenceKeys(targets)
 		fence := e.fenceSQL(keys, in.st.mode.server.Flavor)
 		var why string
 		switch x := n.(type) {

@@ -1,0 +1,456 @@
+package rewrite
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/sqlread"
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
+)
+
+// A statement may carry its own fence, for connection pools and ORMs: a
+// sqlcommenter comment (key='value' pairs, URL-encoded values, separated by
+// commas) at the start or the end of the statement with the keys
+// fence_lease, fence_owner and fence_token:
+//
+//	UPDATE jobs SET state = 'done' WHERE id = 7 /*fence_lease='invoice%3Aacme',fence_owner='a1b2',fence_token='42'*/
+//
+// The fence of that statement is then the comment's (Fence.Presented): the
+// fence condition or guard compares the lease row with the comment's
+// values as literals and neither reads nor changes the session's fence
+// variables. The three keys are removed from the text the server receives
+// (other keys, such as traceparent, stay byte for byte; a comment left
+// with no key goes whole).
+//
+// Fail closed: on a statement that writes a protected table (or prepares,
+// executes or calls something that may), a fence comment that is malformed
+// or partial, two of them, or a fence key anywhere else in the statement
+// (in a comment in the middle, a version comment, a string such as the
+// text of PREPARE or EXECUTE IMMEDIATE, a statement inside a compound
+// statement) is refused with an error that says what is wrong. On every
+// other statement a malformed comment is left alone; a well-formed one
+// has its fence keys removed all the same, so that the owner token never
+// reaches the server.
+
+// stmtFenceKeys are the sqlcommenter keys of a statement's own fence.
+var stmtFenceKeys = [3]string{"fence_lease", "fence_owner", "fence_token"}
+
+// hasFenceKey reports whether b mentions a fence key, ASCII
+// case-insensitively: packets that do not take none of this file's paths.
+func hasFenceKey(b []byte) bool {
+	for i := 0; i+len("fence_lease") <= len(b); i++ {
+		if b[i]|0x20 != 'f' {
+			continue
+		}
+		if fenceKeyAt(b, i) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// fenceKeyAt returns the index of the fence key spelled (in any case) at
+// b[i:], or -1.
+func fenceKeyAt(b []byte, i int) int {
+	for k, key := range stmtFenceKeys {
+		if i+len(key) <= len(b) && eqFold(b[i:i+len(key)], key) {
+			return k
+		}
+	}
+	return -1
+}
+
+// fenceComment is a fence comment found at the start or end of a
+// statement.
+type fenceComment struct {
+	start, end int    // the whole comment, /* to */, in the packet
+	repl       string // what the server receives instead ("": nothing)
+	presented  lease.Presented
+	malformed  string // why the comment cannot be applied; "" = it can
+}
+
+// findFenceComment looks for a fence comment in the statement's leading
+// and trailing comments. It returns nil when there is none.
+func (in *stmtIn) findFenceComment() *fenceComment {
+	if len(in.toks) == 0 || in.pc.depth > 0 {
+		return nil
+	}
+	src := in.pc.src
+	var found []*fenceComment
+	gaps := [][2]int{{in.start, in.toks[0].Start}}
+	if last := in.toks[len(in.toks)-1].End; last <= in.end {
+		gaps = append(gaps, [2]int{last, in.end})
+	}
+	for _, g := range gaps {
+		for _, c := range plainComments(src, g[0], g[1]) {
+			if !hasFenceKey(src[c[0]+2 : c[1]-2]) {
+				continue
+			}
+			found = append(found, parseFenceComment(src, c[0], c[1]))
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil
+	case 1:
+		return found[0]
+	}
+	return &fenceComment{start: -1, malformed: "it has two fence comments; put one, at its start or its end"}
+}
+
+// plainComments lists the plain block comments (/* ... */, not /*! /*M!
+// /*+) in src[from:to], a stretch the lexer skipped (whitespace, comments
+// and the markers of executable comments). A stretch holding anything
+// else yields none.
+func plainComments(src []byte, from, to int) [][2]int {
+	var out [][2]int
+	i := from
+	for i < to {
+		c := src[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f':
+			i++
+		case c == '/' && i+1 < to && src[i+1] == '*':
+			if i+2 < to && (src[i+2] == '!' || src[i+2] == '+' || src[i+2] == 'M' && i+3 < to && src[i+3] == '!') {
+				return nil // an executable comment or a hint: not a fence comment's place
+			}
+			e := indexAt(src[:to], i+2, "*/")
+			if e < 0 {
+				return nil
+			}
+			out = append(out, [2]int{i, e + 2})
+			i = e + 2
+		case c == '#' || c == '-' && i+2 < to && src[i+1] == '-':
+			e := indexAt(src[:to], i, "\n")
+			if e < 0 {
+				return out
+			}
+			i = e + 1
+		default:
+			return nil
+		}
+	}
+	return out
+}
+
+func indexAt(b []byte, from int, s string) int {
+	if from > len(b) {
+		return -1
+	}
+	if j := strings.Index(string(b[from:]), s); j >= 0 {
+		return from + j
+	}
+	return -1
+}
+
+// parseFenceComment reads the sqlcommenter comment src[start:end] (/* and
+// */ included).
+func parseFenceComment(src []byte, start, end int) *fenceComment {
+	fc := &fenceComment{start: start, end: end}
+	bad := func(why string) *fenceComment {
+		fc.malformed = why
+		return fc
+	}
+	body := string(src[start+2 : end-2])
+	lead := len(body) - len(strings.TrimLeft(body, " \t\r\n"))
+	trail := len(body) - len(strings.TrimRight(body, " \t\r\n"))
+	if lead == len(body) {
+		return bad("its fence comment is empty")
+	}
+	inner := body[lead : len(body)-trail]
+	var kept []string
+	var vals [3]string
+	var have [3]bool
+	for p := 0; p < len(inner); {
+		// key='value'
+		eq := strings.IndexByte(inner[p:], '=')
+		if eq <= 0 {
+			return bad("its fence comment is not in sqlcommenter form (key='value' pairs separated by commas)")
+		}
+		key := strings.TrimSpace(inner[p : p+eq])
+		q := p + eq + 1
+		for q < len(inner) && (inner[q] == ' ' || inner[q] == '\t') {
+			q++
+		}
+		if q >= len(inner) || inner[q] != '\'' {
+			return bad("its fence comment is not in sqlcommenter form (every value is quoted: key='value')")
+		}
+		v := q + 1
+		closed := -1
+		for j := v; j < len(inner); j++ {
+			if inner[j] == '\\' {
+				j++
+				continue
+			}
+			if inner[j] == '\'' {
+				closed = j
+				break
+			}
+		}
+		if closed < 0 {
+			return bad("its fence comment has a value without its closing quote")
+		}
+		pair := inner[p : closed+1]
+		next := closed + 1
+		for next < len(inner) && (inner[next] == ' ' || inner[next] == '\t') {
+			next++
+		}
+		if next < len(inner) {
+			if inner[next] != ',' {
+				return bad("its fence comment is not in sqlcommenter form (key='value' pairs separated by commas)")
+			}
+			next++
+			for next < len(inner) && (inner[next] == ' ' || inner[next] == '\t') {
+				next++
+			}
+			if next == len(inner) {
+				return bad("its fence comment ends with a comma")
+			}
+		}
+		p = next
+		k := keyIndex(key)
+		switch {
+		case k >= 0:
+			if have[k] {
+				return bad("its fence comment has " + stmtFenceKeys[k] + " twice")
+			}
+			have[k], vals[k] = true, inner[v:closed]
+		case mentionsFenceKey(key):
+			return bad("its fence comment has a key that is a fence key spelled differently (" +
+				"write fence_lease, fence_owner and fence_token, in lower case, unencoded)")
+		default:
+			kept = append(kept, pair)
+		}
+	}
+	for k := range have {
+		if !have[k] {
+			return bad("its fence comment lacks " + stmtFenceKeys[k] + " (a statement's fence needs fence_lease, fence_owner and fence_token)")
+		}
+	}
+	var dec [3]string
+	for k, raw := range vals {
+		d, why := urlDecode(raw)
+		if why != "" {
+			return bad("the value of " + stmtFenceKeys[k] + " in its fence comment " + why)
+		}
+		dec[k] = d
+	}
+	tok, why := parseFenceToken(dec[2])
+	if why != "" {
+		return bad("the value of fence_token in its fence comment " + why)
+	}
+	fc.presented = lease.Presented{Lease: dec[0], Owner: dec[1], Token: tok}
+	if err := lease.ValidateName(fc.presented.Lease); err != nil {
+		return bad("the value of fence_lease in its fence comment is not a lease name (" + nameProblem(err) + ")")
+	}
+	if err := lease.ValidateOwner(fc.presented.Owner); err != nil {
+		return bad("the value of fence_owner in its fence comment is not an owner token (1 to 64 bytes)")
+	}
+	if len(kept) > 0 {
+		fc.repl = "/*" + body[:lead] + strings.Join(kept, ",") + body[len(body)-trail:] + "*/"
+	}
+	return fc
+}
+
+// nameProblem is a lease name error without the name (it may be anything
+// a client wrote).
+func nameProblem(err error) string {
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "empty"):
+		return "empty"
+	case strings.Contains(s, "limit"):
+		return "too long"
+	case strings.Contains(s, "UTF-8"):
+		return "not valid UTF-8"
+	case strings.Contains(s, "space"):
+		return "ends with a space"
+	case strings.Contains(s, "control"):
+		return "has a control character"
+	}
+	return "invalid"
+}
+
+func keyIndex(key string) int {
+	for k, f := range stmtFenceKeys {
+		if key == f {
+			return k
+		}
+	}
+	return -1
+}
+
+// mentionsFenceKey: the key is, or decodes to, a fence key in some other
+// spelling (FENCE_OWNER, fence%5Fowner).
+func mentionsFenceKey(key string) bool {
+	if d, why := urlDecode(key); why == "" {
+		key = d
+	}
+	return hasFenceKey([]byte(key))
+}
+
+// urlDecode decodes a fence value: %XX escapes; every other byte must be
+// printable ASCII other than a quote or a backslash (a fence value is
+// URL-encoded; sqlcommenter's backslash escape of a quote is for other
+// keys). '+' is a plus sign, not a space.
+func urlDecode(s string) (string, string) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return "", "has a % that does not start a %XX escape"
+			}
+			n, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			b.WriteByte(byte(n))
+			i += 2
+		case c <= 0x20 || c >= 0x7f || c == '\'' || c == '\\' || c == '"' || c == '`':
+			return "", "has a byte that must be URL-encoded"
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), ""
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// parseFenceToken reads a fence token: decimal digits, as fence_acquire
+// returns it.
+func parseFenceToken(s string) (uint64, string) {
+	if s == "" || len(s) > 20 {
+		return 0, "is not a fence token (decimal digits)"
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, "is not a fence token (decimal digits)"
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, "is not a fence token (too large)"
+	}
+	return n, ""
+}
+
+// strayFenceKey reports whether the statement src[from:to] mentions a fence
+// key outside the fence comment skip (start, end; -1 for none): in a
+// comment, or as key= in a string. A fence key as a name (a column
+// fence_token, the variable @fence_owner) is SQL, not a fence.
+func (in *stmtIn) strayFenceKey(from, to int, skip *fenceComment) bool {
+	src := in.pc.src
+	if to > len(src) {
+		to = len(src)
+	}
+	for i := from; i < to; i++ {
+		if src[i]|0x20 != 'f' || fenceKeyAt(src[:to], i) < 0 {
+			continue
+		}
+		if skip != nil && skip.start >= 0 && i >= skip.start && i < skip.end {
+			continue
+		}
+		t, inTok := in.tokenAt(i)
+		if !inTok {
+			return true // in a comment (or what the lexer skipped)
+		}
+		switch t.Kind {
+		case sqlread.String, sqlread.NString:
+			j := i + len("fence_lease")
+			for j < t.End && (src[j] == ' ' || src[j] == '\t') {
+				j++
+			}
+			if j < t.End && src[j] == '=' || j+2 < t.End && src[j] == '%' && src[j+1] == '3' && src[j+2]|0x20 == 'd' {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tokenAt finds the live token holding byte i.
+func (in *stmtIn) tokenAt(i int) (sqlread.Token, bool) {
+	lo, hi := 0, len(in.toks)
+	for lo < hi {
+		m := (lo + hi) / 2
+		switch t := in.toks[m]; {
+		case i < t.Start:
+			hi = m
+		case i >= t.End:
+			lo = m + 1
+		default:
+			return t, true
+		}
+	}
+	return sqlread.Token{}, false
+}
+
+// fenceRelevant: the statement writes a protected table, or prepares,
+// executes or calls what may; a fence comment there must apply exactly,
+// or the statement is refused.
+func fenceRelevant(res *stmtRes) bool {
+	switch res.stmt.Kind {
+	case Write, Execute, Call:
+		return true
+	case Prepare:
+		return res.stmt.Fence != nil
+	}
+	return res.endAt > 0 && res.matters
+}
+
+// applyStmtFence finishes the verdict on a statement of a packet that
+// mentions a fence key: the fence comment fc (nil: none) either became the
+// statement's fence (Fence.Presented, set by writeStmt) and leaves the
+// text, or the statement is refused, or (a statement that writes nothing
+// protected) a malformed comment is left alone. end is the statement's
+// end as the server reads it.
+func (in *stmtIn) applyStmtFence(res *stmtRes, fc *fenceComment, end int) {
+	if res.refusal != nil || res.call != nil {
+		return
+	}
+	e := in.pc.e
+	relevant := e.hasTables() && fenceRelevant(res)
+	table := ""
+	if res.stmt.Fence != nil && len(res.stmt.Fence.Targets) > 0 {
+		table = res.stmt.Fence.Targets[0].Schema + "." + res.stmt.Fence.Targets[0].Table
+	}
+	refuse := func(why string) {
+		*res = in.refuse(table, why)
+	}
+	if fc != nil && fc.malformed != "" {
+		if relevant {
+			refuse("this statement's fence comment cannot be applied: " + fc.malformed +
+				"; write /*fence_lease='...',fence_owner='...',fence_token='...'*/ with URL-encoded values")
+		}
+		return
+	}
+	if relevant && in.strayFenceKey(in.start, end, fc) {
+		refuse("a fence key (fence_lease, fence_owner, fence_token) appears in this statement outside a fence " +
+			"comment at its start or end (in a comment in the middle, a string, or a statement inside it); " +
+			"a statement's fence is one sqlcommenter comment at the start or end of the write itself")
+		return
+	}
+	if fc == nil {
+		return
+	}
+	if relevant {
+		f := res.stmt.Fence
+		switch {
+		case res.stmt.Kind != Write || f == nil:
+			refuse("a fence comment applies to one UPDATE, DELETE, INSERT or REPLACE (or the text of a prepared " +
+				"statement), not to PREPARE, EXECUTE, CALL or a compound statement; put it on the write itself")
+			return
+		case f.Presented == nil || *f.Presented != fc.presented:
+			refuse("fenceproxy could not apply this statement's fence comment to the write; it was not sent")
+			return
+		case e.pol.DatabaseGuard == policy.GuardTriggers:
+			refuse("the guard triggers (fencing.database_guard: triggers) check the session's fence variables, " +
+				"not a statement's fence comment; set the session's fence (fence_acquire) for this write")
+			return
+		}
+	}
+	res.edits = append(res.edits, edit{pos: fc.start, end: fc.end, text: fc.repl})
+}

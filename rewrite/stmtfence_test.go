@@ -1,0 +1,307 @@
+package rewrite
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
+)
+
+// fc is a well-formed fence comment body for lease invoice:acme, owner
+// "s3cret owner'", token 42.
+const fcBody = "fence_lease='invoice%3Aacme',fence_owner='s3cret%20owner%27',fence_token='42'"
+
+const secretOwner = "s3cret owner'"
+
+var wantPresented = lease.Presented{Lease: "invoice:acme", Owner: secretOwner, Token: 42}
+
+func ownerSum() string {
+	s := sha256.Sum256([]byte(secretOwner))
+	return hex.EncodeToString(s[:])
+}
+
+func noSecrets(t *testing.T, what string, b []byte) {
+	t.Helper()
+	s := strings.ToLower(string(b))
+	for _, k := range []string{"fence_lease=", "fence_owner=", "fence_token=", "s3cret", hex.EncodeToString([]byte(secretOwner))} {
+		if strings.Contains(s, k) {
+			t.Errorf("%s: the sent text holds %q: %s", what, k, b)
+		}
+	}
+}
+
+func TestStmtFenceAppliedAndStripped(t *testing.T) {
+	e := New(testPolicy(t), Options{CacheEntries: 64})
+	for _, srv := range []Server{maria, mysql8, tidb, {Flavor: MariaDB, Version: 101119, Galera: true}} {
+		for _, q := range []string{
+			"UPDATE invoices SET paid = 1 WHERE id = 7 /*" + fcBody + "*/",
+			"/*" + fcBody + "*/ UPDATE invoices SET paid = 1 WHERE id = 7",
+			"DELETE FROM invoices WHERE id = 7 /* " + fcBody + " */",
+			"INSERT INTO invoices (id, paid) VALUES (7, 1) /*" + fcBody + "*/",
+			"REPLACE INTO invoices (id, paid) VALUES (7, 1)/*" + fcBody + "*/",
+			"UPDATE invoices SET paid = 1 WHERE id = 7 /*" + fcBody + "*/;",
+		} {
+			for _, prep := range []bool{false, true} {
+				var d Decision
+				if prep {
+					d = e.Prepare([]byte(q), srv, appSession())
+				} else {
+					d = e.Query([]byte(q), srv, appSession())
+				}
+				if d.Action != Send || len(d.Stmts) != 1 || d.Stmts[0].Fence == nil {
+					t.Fatalf("%v %q: %+v %v", srv, q, d, d.Refusal)
+				}
+				f := d.Stmts[0].Fence
+				if f.Presented == nil || *f.Presented != wantPresented {
+					t.Errorf("%v %q: presented %+v", srv, q, f.Presented)
+				}
+				noSecrets(t, q, d.SQL)
+				if strings.Contains(f.Digest, "fence") || strings.Contains(f.Digest, "s3cret") {
+					t.Errorf("%q: digest %q", q, f.Digest)
+				}
+				if !f.Guard {
+					// The fence in the text: literals, not the variables.
+					s := string(d.SQL)
+					if strings.Contains(s, "@fence") || !strings.Contains(s, ownerSum()) ||
+						!strings.Contains(s, "fence_l.fence_token = 42") {
+						t.Errorf("%v %q: fence %s", srv, q, s)
+					}
+				}
+			}
+		}
+	}
+	// Each statement's own: the same text with another owner is another
+	// fence (no cache reuses the first).
+	q1 := "UPDATE invoices SET paid = 1 WHERE id = 7 /*fence_lease='a',fence_owner='o1',fence_token='1'*/"
+	q2 := "UPDATE invoices SET paid = 1 WHERE id = 7 /*fence_lease='a',fence_owner='o2',fence_token='1'*/"
+	d1 := e.Query([]byte(q1), maria, appSession())
+	d2 := e.Query([]byte(q2), maria, appSession())
+	if d1.Stmts[0].Fence.Presented.Owner != "o1" || d2.Stmts[0].Fence.Presented.Owner != "o2" || string(d1.SQL) == string(d2.SQL) {
+		t.Fatalf("fences mixed: %s / %s", d1.SQL, d2.SQL)
+	}
+	// Without a comment: the session's variables, as before.
+	d := e.Query([]byte("UPDATE invoices SET paid = 1 WHERE id = 7"), maria, appSession())
+	if d.Stmts[0].Fence.Presented != nil || !strings.Contains(string(d.SQL), "@fence_owner") {
+		t.Fatalf("no comment: %s", d.SQL)
+	}
+}
+
+func TestStmtFenceKeepsOtherKeys(t *testing.T) {
+	e := New(testPolicy(t), Options{})
+	tp := "traceparent='00-5bd66ef5095369c7b0d1f8f4bd33716a-c532cb4098ac3dd2-01'"
+	cases := []struct{ in, want string }{
+		{"UPDATE invoices SET paid = 1 WHERE id = 7 /*" + tp + "," + fcBody + "*/",
+			"/*" + tp + "*/"},
+		{"UPDATE invoices SET paid = 1 WHERE id = 7 /* action='pay',  " + fcBody + ",route='%2Fx'   */",
+			"/* action='pay',route='%2Fx'   */"},
+		{"SELECT * FROM other /*" + fcBody + ",app='x\\'y'*/", "/*app='x\\'y'*/"},
+	}
+	for _, c := range cases {
+		d := e.Query([]byte(c.in), maria, appSession())
+		if d.Action != Send || !strings.HasSuffix(string(d.SQL), c.want) {
+			t.Errorf("%q: %v %s (%v)", c.in, d.Action, d.SQL, d.Refusal)
+		}
+		noSecrets(t, c.in, d.SQL)
+	}
+}
+
+// On a statement that writes nothing protected the comment's keys still
+// leave the text (the owner must not reach the server); a malformed one is
+// left alone.
+func TestStmtFenceOnOtherStatements(t *testing.T) {
+	e := New(testPolicy(t), Options{})
+	d := e.Query([]byte("SELECT 1 /*"+fcBody+"*/"), maria, appSession())
+	if d.Action != Send || string(d.SQL) != "SELECT 1 " {
+		t.Fatalf("%+v %q", d, d.SQL)
+	}
+	d = e.Query([]byte("UPDATE other SET a = 1 /*"+fcBody+"*/"), maria, appSession())
+	if d.Action != Send || string(d.SQL) != "UPDATE other SET a = 1 " {
+		t.Fatalf("%+v %q", d, d.SQL)
+	}
+	for _, q := range []string{"SELECT 1 /* fence_owner='x' */", "UPDATE other SET a = 1 /* fence_owner */", "SELECT 'fence_owner=1'"} {
+		if d := e.Query([]byte(q), maria, appSession()); d.Action != Forward {
+			t.Errorf("%q: %+v", q, d)
+		}
+	}
+	// Nothing protected at all: stripped too.
+	e2 := New(nil, Options{})
+	if d := e2.Query([]byte("SELECT 1 /*"+fcBody+"*/"), maria, nil); d.Action != Send || string(d.SQL) != "SELECT 1 " {
+		t.Fatalf("no policy: %+v %q", d, d.SQL)
+	}
+}
+
+func TestStmtFenceMultiStatement(t *testing.T) {
+	e := New(testPolicy(t), Options{})
+	other := "fence_lease='beta',fence_owner='o2',fence_token='9'"
+	q := "UPDATE invoices SET paid = 1 WHERE id = 1 /*" + fcBody + "*/; UPDATE invoices SET paid = 2 WHERE id = 2; " +
+		"/*" + other + "*/ DELETE FROM invoices WHERE id = 3"
+	d := e.Query([]byte(q), maria, appSession())
+	if d.Action != Send || len(d.Stmts) != 3 {
+		t.Fatalf("%+v %v", d, d.Refusal)
+	}
+	if p := d.Stmts[0].Fence.Presented; p == nil || *p != wantPresented {
+		t.Errorf("first: %+v", p)
+	}
+	if p := d.Stmts[1].Fence.Presented; p != nil {
+		t.Errorf("second takes the session's: %+v", p)
+	}
+	if p := d.Stmts[2].Fence.Presented; p == nil || p.Lease != "beta" || p.Owner != "o2" || p.Token != 9 {
+		t.Errorf("third: %+v", p)
+	}
+	noSecrets(t, q, d.SQL)
+	if strings.Contains(string(d.SQL), "o2") {
+		t.Errorf("second owner sent: %s", d.SQL)
+	}
+	for i, st := range d.Stmts {
+		text := string(d.SQL[st.Span[0]:st.Span[1]])
+		if !strings.Contains(text, []string{"id = 1", "id = 2", "id = 3"}[i]) || strings.Contains(text, ";") {
+			t.Errorf("span %d: %q", i, text)
+		}
+	}
+}
+
+// The attacks: every one on a protected write is refused (or the fence is
+// applied exactly); none sends the statement under the session's fence
+// with the comment's secret in the text. Each case is one attempt.
+func TestStmtFenceAttacks(t *testing.T) {
+	e := New(testPolicy(t), Options{})
+	w := "UPDATE invoices SET paid = 1 WHERE id = 7"
+	refused := []struct{ name, q, why string }{
+		{"comment in the middle", "UPDATE invoices /*" + fcBody + "*/ SET paid = 1 WHERE id = 7", "outside a fence comment"},
+		{"two fence comments", "/*" + fcBody + "*/ " + w + " /*" + fcBody + "*/", "two fence comments"},
+		{"two at the end", w + " /*" + fcBody + "*/ /*" + fcBody + "*/", "two fence comments"},
+		{"in a string literal", "UPDATE invoices SET note = '/*" + strings.ReplaceAll(fcBody, "'", "''") + "*/' WHERE id = 7", "outside a fence comment"},
+		{"comment-looking string at the end", w + " AND note = '/*" + strings.ReplaceAll(fcBody, "'", "\\'") + "*/'", "outside a fence comment"},
+		{"version comment", w + " /*!100000 " + fcBody + " */", ""},
+		{"dead version comment", w + " /*!999999 " + fcBody + " */", "outside a fence comment"},
+		{"MariaDB version comment", w + " /*M!100000 AND 1 */ /*M!999999 " + fcBody + "*/", "outside a fence comment"},
+		{"hint comment", "UPDATE /*+ " + fcBody + " */ invoices SET paid = 1 WHERE id = 7", "outside a fence comment"},
+		{"nested comment", w + " /* /*" + fcBody + "*/ */", ""},
+		{"unterminated comment", w + " /*" + fcBody, ""},
+		{"line comment", w + " -- " + fcBody, "outside a fence comment"},
+		{"hash comment", w + " # " + fcBody, "outside a fence comment"},
+		{"partial: no token", w + " /*fence_lease='a',fence_owner='o'*/", "lacks fence_token"},
+		{"partial: owner only", w + " /*fence_owner='o'*/", "lacks fence_lease"},
+		{"empty owner", w + " /*fence_lease='a',fence_owner='',fence_token='1'*/", "fence_owner"},
+		{"duplicate key", w + " /*fence_lease='a',fence_owner='o',fence_owner='p',fence_token='1'*/", "twice"},
+		{"upper-case key", w + " /*fence_lease='a',FENCE_OWNER='o',fence_token='1'*/", "spelled differently"},
+		{"encoded key", w + " /*fence_lease='a',fence%5Fowner='o',fence_token='1'*/", "spelled differently"},
+		{"unquoted value", w + " /*fence_lease=a,fence_owner='o',fence_token='1'*/", "quoted"},
+		{"raw quote escaped", w + " /*fence_lease='a',fence_owner='o\\'x',fence_token='1'*/", "URL-encoded"},
+		{"bad percent", w + " /*fence_lease='a',fence_owner='o%2',fence_token='1'*/", "%XX"},
+		{"percent then non-hex", w + " /*fence_lease='a',fence_owner='o%zz',fence_token='1'*/", "%XX"},
+		{"NUL in lease", w + " /*fence_lease='a%00b',fence_owner='o',fence_token='1'*/", "control character"},
+		{"overlong UTF-8 lease", w + " /*fence_lease='%C0%AFetc',fence_owner='o',fence_token='1'*/", "UTF-8"},
+		{"lease with trailing space", w + " /*fence_lease='a%20',fence_owner='o',fence_token='1'*/", "space"},
+		{"owner too long", w + " /*fence_lease='a',fence_owner='" + strings.Repeat("x", 65) + "',fence_token='1'*/", "1 to 64"},
+		{"negative token", w + " /*fence_lease='a',fence_owner='o',fence_token='-1'*/", "decimal"},
+		{"token with sign", w + " /*fence_lease='a',fence_owner='o',fence_token='%2B1'*/", "decimal"},
+		{"token overflow", w + " /*fence_lease='a',fence_owner='o',fence_token='18446744073709551616'*/", "too large"},
+		{"token expression", w + " /*fence_lease='a',fence_owner='o',fence_token='1 OR 1'*/", "URL-encoded"},
+		{"trailing comma", w + " /*" + fcBody + ",*/", "comma"},
+		{"garbage between pairs", w + " /*" + fcBody + " x*/", "sqlcommenter"},
+		{"not sqlcommenter at all", w + " /* remember fence_owner */", "sqlcommenter"},
+		{"PREPARE text", "PREPARE s FROM '" + w + " /*" + strings.ReplaceAll(fcBody, "'", "''") + "*/'", "outside a fence comment"},
+		{"comment on PREPARE", "PREPARE s FROM '" + w + "' /*" + fcBody + "*/", "not to PREPARE"},
+		{"EXECUTE IMMEDIATE text", "EXECUTE IMMEDIATE '" + w + " /*" + strings.ReplaceAll(fcBody, "'", "''") + "*/'", ""},
+		{"comment on EXECUTE", "EXECUTE s /*" + fcBody + "*/", "not to PREPARE"},
+		{"comment on CALL", "CALL p() /*" + fcBody + "*/", "not to PREPARE"},
+		{"compound inner statement", "BEGIN NOT ATOMIC " + w + " /*" + fcBody + "*/; END", ""},
+		{"compound with comment before", "/*" + fcBody + "*/ BEGIN NOT ATOMIC " + w + "; END", ""},
+		{"comment-looking string in PREPARE", "PREPARE s FROM CONCAT('" + w + "', ' /*fence_owner=1*/')", ""},
+		{"encoded =", "UPDATE invoices SET note = 'fence_owner%3D1' WHERE id = 7 /*" + fcBody + "*/", "outside a fence comment"},
+	}
+	for _, c := range refused {
+		d := e.Query([]byte(c.q), maria, appSession())
+		if d.Action != Refuse {
+			t.Errorf("%s: %q not refused: %v %s", c.name, c.q, d.Action, d.SQL)
+			continue
+		}
+		msg := d.Refusal.Error()
+		if c.why != "" && !strings.Contains(msg, c.why) {
+			t.Errorf("%s: refusal %q lacks %q", c.name, msg, c.why)
+		}
+		for _, s := range []string{"s3cret", "o%2", "18446744073709551616"} {
+			if strings.Contains(msg, s) {
+				t.Errorf("%s: refusal names a value: %q", c.name, msg)
+			}
+		}
+	}
+	// Applied: these read as one fence comment at the start or end.
+	applied := []struct{ name, q string }{
+		{"other comments around", "/* a */ /*" + fcBody + "*/ /* b */ " + w + " -- c"},
+		{"spaces inside", w + " /*   fence_lease = 'invoice%3Aacme' , fence_owner='s3cret%20owner%27',fence_token='42'  */"},
+		{"upper-case hex escapes", w + " /*fence_lease='invoice%3aacme',fence_owner='s3cret%20owner%27',fence_token='042'*/"},
+		{"fence key as a column name", "UPDATE invoices SET fence_token_note = 1 WHERE id = 7 /*" + fcBody + "*/"},
+		{"fence variable read", w + " AND @fence_owner IS NULL /*" + fcBody + "*/"},
+		{"string mentioning the key without =", "UPDATE invoices SET note = 'fence_owner' WHERE id = 7 /*" + fcBody + "*/"},
+	}
+	for _, c := range applied {
+		d := e.Query([]byte(c.q), maria, appSession())
+		if d.Action != Send || len(d.Stmts) != 1 || d.Stmts[0].Fence == nil || d.Stmts[0].Fence.Presented == nil ||
+			*d.Stmts[0].Fence.Presented != wantPresented {
+			t.Errorf("%s: %q: %v %v", c.name, c.q, d.Action, d.Refusal)
+			continue
+		}
+		noSecrets(t, c.name, d.SQL)
+	}
+	t.Logf("%d attack cases refused, %d applied exactly", len(refused), len(applied))
+}
+
+// ANSI_QUOTES and NO_BACKSLASH_ESCAPES change nothing of the fence's
+// literals; an unknown sql_mode with a quote in the comment reads both
+// ways and agrees or is refused.
+func TestStmtFenceUnderSQLModes(t *testing.T) {
+	e := New(testPolicy(t), Options{})
+	q := "UPDATE invoices SET paid = \"x\\\\\" WHERE id = 7 /*" + fcBody + "*/"
+	for _, s := range []*Session{
+		{Schema: "app", ANSIQuotes: Off, NoBackslashEscapes: On},
+		{Schema: "app", ANSIQuotes: Off, NoBackslashEscapes: Off},
+	} {
+		d := e.Query([]byte(q), maria, s)
+		if d.Action != Send || d.Stmts[0].Fence.Presented == nil {
+			t.Fatalf("%+v: %v %v", s, d.Action, d.Refusal)
+		}
+		noSecrets(t, q, d.SQL)
+	}
+}
+
+// With the guard triggers on, a statement fence is refused: the triggers
+// read the session's variables.
+func TestStmtFenceRefusedUnderGuardTriggers(t *testing.T) {
+	p, err := policy.NewPolicy(1, policy.Fencing{DatabaseGuard: policy.GuardTriggers}, []policy.Table{{Name: "app.invoices"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(p, Options{})
+	d := e.Query([]byte("UPDATE invoices SET paid = 1 /*"+fcBody+"*/"), maria, appSession())
+	if d.Action != Refuse || !strings.Contains(d.Refusal.Reason, "guard triggers") {
+		t.Fatalf("%+v", d)
+	}
+}
+
+func TestStmtFenceLeaseSQL(t *testing.T) {
+	p := &lease.Presented{Lease: "x'y", Owner: secretOwner, Token: 5}
+	var b strings.Builder
+	lease.WriteFence(&b, lease.GuardSpec{Schema: "app", Table: "fenced_job_leases", Presented: p,
+		Vars: lease.Vars{Lease: "fence_lease", Owner: "fence_owner", Token: "fence_token"}}, lease.InnoDB)
+	g, err := lease.GuardFor(lease.Galera, lease.GuardSpec{Schema: "app", Table: "fenced_job_leases", Presented: p,
+		Vars: lease.Vars{Lease: "fence_lease", Owner: "fence_owner", Token: "fence_token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := lease.VerdictSQL(lease.GuardSpec{Schema: "app", Table: "fenced_job_leases", Presented: p,
+		Vars: lease.Vars{Lease: "fence_lease", Owner: "fence_owner", Token: "fence_token"}}, lease.InnoDB, true)
+	for _, s := range []string{b.String(), g.SQL, g.Classify, g.VarsSQL, v} {
+		if strings.Contains(s, "@") || strings.Contains(s, "s3cret") || strings.Contains(s, hex.EncodeToString([]byte(secretOwner))) ||
+			strings.Contains(s, "x'y") {
+			t.Errorf("leaks or reads the session: %s", s)
+		}
+	}
+	if !strings.Contains(b.String(), ownerSum()) || !strings.Contains(g.SQL, ownerSum()) {
+		t.Errorf("owner digest missing: %s", b.String())
+	}
+}
