@@ -187,7 +187,9 @@ func (c *fencedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 	return &fencedTx{Tx: tx, c: c}, nil
 }
 
-func (c *fencedConn) Begin() (driver.Tx, error) { return c.BeginTx(context.Background(), driver.TxOptions{}) }
+func (c *fencedConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
 
 func (c *fencedConn) ResetSession(ctx context.Context) error {
 	c.tx = nil
