@@ -1,0 +1,398 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fenceproxy/fenceproxy/integration/dbserver"
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
+)
+
+// A statement may carry its own fence (a sqlcommenter comment with
+// fence_lease, fence_owner, fence_token): these tests run it through the
+// proxy against the real engines.
+
+// fencedPool opens a database/sql pool through the proxy whose statements
+// carry the fence of their context (lease.FencedConnector).
+func fencedPool(t testing.TB, e *fencedEnv, conns int) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(e.proxy.DSN(dbserver.AppUser, dbserver.AppPassword, e.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(lease.FencedConnector(c))
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// withComment is q with l's fence comment.
+func withComment(t testing.TB, q string, l lease.Lease) string {
+	t.Helper()
+	s, err := lease.WithFenceComment(q, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// retryable: an engine's write conflict (Galera 1213, TiDB 9007), which
+// means "not committed" and which an app retries.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 9007)
+}
+
+// Two jobs, each under its own lease, share one pool of 4 connections,
+// 2 goroutines each. Every pooled connection carries job B's valid fence in
+// its session variables, so a statement whose comment were ignored would be
+// accepted under the wrong lease. Half-way job A's lease is taken over:
+// from then on A's writes (stale comment) must all be rejected and B's and
+// the new holder's all accepted.
+func TestStmtFencePooledJobsWithTakeover(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		ctx := context.Background()
+		la := e.acquire(t, "job:a", time.Minute)
+		lb := e.acquire(t, "job:b", time.Minute)
+		db := fencedPool(t, e, 4)
+		// Every connection of the pool gets B's fence in its session.
+		var held []*sql.Conn
+		for i := 0; i < 4; i++ {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			setFence(t, c, lb)
+			held = append(held, c)
+		}
+		for _, c := range held {
+			c.Close()
+		}
+		const n = 15
+		type outcome struct {
+			job      string
+			phase    int
+			affected int64
+			err      error
+		}
+		var mu sync.Mutex
+		var outs []outcome
+		run := func(job string, phase int, l lease.Lease, g int, wg *sync.WaitGroup) {
+			defer wg.Done()
+			jctx := lease.WithFence(ctx, l)
+			for i := 0; i < n; i++ {
+				id := fmt.Sprintf("%s-%d-%d-%d", job, phase, g, i)
+				var res sql.Result
+				var err error
+				for try := 0; try < 20; try++ {
+					if i%2 == 0 {
+						res, err = db.ExecContext(jctx, "INSERT INTO invoices (customer, period, amount, token) VALUES (?, '2026-01', 1, ?)", id, l.Token)
+					} else {
+						res, err = db.ExecContext(jctx, "INSERT INTO notes (body) VALUES (?)", id) // unprotected: always runs
+						if err == nil {
+							res, err = db.ExecContext(jctx, "UPDATE invoices SET amount = amount + 1 WHERE customer LIKE ?", job+"-"+fmt.Sprint(phase)+"-%")
+						}
+					}
+					if !retryable(err) {
+						break
+					}
+				}
+				var aff int64
+				if err == nil {
+					aff, _ = res.RowsAffected()
+				}
+				mu.Lock()
+				outs = append(outs, outcome{job, phase, aff, err})
+				mu.Unlock()
+			}
+		}
+		var wg sync.WaitGroup
+		for g := 0; g < 2; g++ {
+			wg.Add(2)
+			go run("a", 1, la, g, &wg)
+			go run("b", 1, lb, g, &wg)
+		}
+		wg.Wait()
+		// Takeover of job:a.
+		if err := e.store.Release(ctx, la); err != nil {
+			t.Fatal(err)
+		}
+		la2 := e.acquire(t, "job:a", time.Minute)
+		if la2.Token != la.Token+1 {
+			t.Fatalf("takeover token %d after %d", la2.Token, la.Token)
+		}
+		for g := 0; g < 2; g++ {
+			wg.Add(3)
+			go run("a", 2, la, g, &wg) // stale
+			go run("b", 2, lb, g, &wg)
+			go run("c", 2, la2, g, &wg) // the new holder of job:a
+		}
+		wg.Wait()
+		for _, o := range outs {
+			if o.err != nil {
+				t.Errorf("job %s phase %d: %v", o.job, o.phase, o.err)
+				continue
+			}
+			stale := o.job == "a" && o.phase == 2
+			if stale && o.affected != 0 {
+				t.Errorf("stale write of job a accepted (%d rows) under another fence", o.affected)
+			}
+			if !stale && o.affected == 0 {
+				t.Errorf("job %s phase %d: a valid write was rejected", o.job, o.phase)
+			}
+		}
+		e.sync(t)
+		for _, c := range []struct {
+			like string
+			want string
+		}{{"a-1-%", fmt.Sprint(2 * ((n + 1) / 2))}, {"a-2-%", "0"}, {"b-1-%", fmt.Sprint(2 * ((n + 1) / 2))},
+			{"b-2-%", fmt.Sprint(2 * ((n + 1) / 2))}, {"c-2-%", fmt.Sprint(2 * ((n + 1) / 2))}} {
+			if got := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE customer LIKE ?", c.like); got != c.want {
+				t.Errorf("rows %s: %s, want %s", c.like, got, c.want)
+			}
+		}
+		// Rejections were audited under A's lease with A's presented token
+		// and owner hash, never B's (the session's).
+		var stale int
+		for _, r := range e.auditRecords(t) {
+			if r.PresentedToken == nil || *r.PresentedToken != la.Token || r.Lease != "job:a" || r.PresentedOwner != lease.OwnerHash(la.Owner) {
+				t.Errorf("audit record not under the comment's fence: %+v", r)
+				continue
+			}
+			if r.Reason != audit.StaleToken && r.Reason != audit.OwnerMismatch {
+				t.Errorf("reason %s", r.Reason)
+			}
+			stale++
+		}
+		if stale == 0 {
+			t.Error("no audit record of job a's stale writes")
+		}
+		// The session variables are still B's on every connection.
+		for i := 0; i < 4; i++ {
+			if got := queryString(t, db, "SELECT HEX(@fence_owner)"); got != hex.EncodeToString([]byte(lb.Owner)) && got != strings.ToUpper(hex.EncodeToString([]byte(lb.Owner))) {
+				t.Fatalf("a session's fence owner changed")
+			}
+		}
+	})
+}
+
+// The comment overrides the session's fence whether that one is stale or
+// valid; the next statement without a comment uses the session's again;
+// prepared statements keep the comment's fence at every execution.
+func TestStmtFenceOverridesSessionNoLeak(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		ctx := context.Background()
+		mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+		la := e.acquire(t, "job:a", time.Minute)
+		lb := e.acquire(t, "job:b", time.Minute)
+		staleB := lb
+		staleB.Token--
+		c := e.session(t)
+		upd := "UPDATE invoices SET amount = amount + 1 WHERE id = 1"
+		affected := func(q string) int64 {
+			t.Helper()
+			var res sql.Result
+			var err error
+			for try := 0; try < 20; try++ {
+				if res, err = c.ExecContext(ctx, q); !retryable(err) {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", strings.SplitN(q, "*/", 2)[len(strings.SplitN(q, "*/", 2))-1], err)
+			}
+			n, _ := res.RowsAffected()
+			return n
+		}
+		// A stale session fence, a valid comment: accepted.
+		setFence(t, c, staleB)
+		if n := affected(withComment(t, upd, la)); n != 1 {
+			t.Fatalf("valid comment over a stale session: %d rows", n)
+		}
+		// ... and the next statement without one is the session's: stale.
+		if n := affected(upd); n != 0 {
+			t.Fatalf("the comment's fence leaked to the next statement: %d rows", n)
+		}
+		// A valid session fence, a stale comment: rejected.
+		setFence(t, c, lb)
+		staleA := la
+		staleA.Token++
+		if n := affected(withComment(t, upd, staleA)); n != 0 {
+			t.Fatalf("stale comment over a valid session: %d rows", n)
+		}
+		other := la
+		other.Owner = "not-the-owner"
+		if n := affected(withComment(t, upd, other)); n != 0 {
+			t.Fatalf("wrong owner in the comment: %d rows", n)
+		}
+		if n := affected(upd); n != 1 {
+			t.Fatalf("valid session after comments: %d rows", n)
+		}
+		// The session's variables were neither read nor changed.
+		var owner, token string
+		if err := c.QueryRowContext(ctx, "SELECT HEX(@fence_owner), @fence_token").Scan(&owner, &token); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.EqualFold(owner, hex.EncodeToString([]byte(lb.Owner))) || token != fmt.Sprint(lb.Token) {
+			t.Fatalf("session fence changed: token %s", token)
+		}
+		// INSERT (guarded everywhere) the same way.
+		ins := func(id int) string {
+			return fmt.Sprintf("INSERT INTO invoices (id, customer, period, amount) VALUES (%d, 'c%d', '2026-01', 1)", id, id)
+		}
+		setFence(t, c, staleB)
+		if n := affected(withComment(t, ins(10), la)); n != 1 {
+			t.Fatalf("INSERT with a valid comment over a stale session: %d", n)
+		}
+		if n := affected(ins(11)); n != 0 {
+			t.Fatalf("INSERT without comment on a stale session: %d", n)
+		}
+		setFence(t, c, lb)
+		if n := affected(withComment(t, ins(12), staleA)); n != 0 {
+			t.Fatalf("INSERT with a stale comment over a valid session: %d", n)
+		}
+		// A prepared statement (COM_STMT_PREPARE) carries its comment's
+		// fence to every execution.
+		setFence(t, c, staleB)
+		st, err := c.PrepareContext(ctx, withComment(t, "UPDATE invoices SET amount = amount + ? WHERE id = 1", la))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		for i := 0; i < 2; i++ {
+			res, err := st.ExecContext(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				t.Fatalf("prepared execution %d under the comment's fence: %d rows", i, n)
+			}
+		}
+		if err := e.store.Release(ctx, la); err != nil {
+			t.Fatal(err)
+		}
+		e.acquire(t, "job:a", time.Minute)
+		setFence(t, c, lb) // valid, but not the statement's
+		res, err := st.ExecContext(ctx, 1)
+		if err != nil && !retryable(err) {
+			t.Fatal(err)
+		}
+		if err == nil {
+			if n, _ := res.RowsAffected(); n != 0 {
+				t.Fatalf("prepared statement after the takeover: %d rows", n)
+			}
+		}
+		// A malformed comment on a protected write is refused, saying why.
+		_, err = c.ExecContext(ctx, upd+" /*fence_lease='job%3Ab',fence_owner='x'*/")
+		if err == nil || !strings.Contains(err.Error(), "lacks fence_token") {
+			t.Fatalf("partial comment: %v", err)
+		}
+		_, err = c.ExecContext(ctx, "UPDATE invoices /*"+strings.TrimSuffix(strings.TrimPrefix(lease.FenceComment(lb), "/*"), "*/")+"*/ SET amount = 0 WHERE id = 1")
+		if err == nil || !strings.Contains(err.Error(), "outside a fence comment") {
+			t.Fatalf("comment in the middle: %v", err)
+		}
+	})
+}
+
+// The text the server receives holds no fence key and no owner: read back
+// from information_schema.PROCESSLIST while the write waits for a row lock
+// (every engine), and from MariaDB's general log.
+func TestStmtFenceNotInServerText(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		ctx := context.Background()
+		mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+		la := e.acquire(t, "job:a", time.Minute)
+		la.Owner = "owner-secret-" + fmt.Sprint(time.Now().UnixNano())
+		// Give the lease that owner, so the write must pass.
+		mustExec(t, e.other, "UPDATE fenced_job_leases SET owner_token = ? WHERE lease_name = 'job:a'", la.Owner)
+		e.sync(t)
+		c := e.session(t)
+		if eng == engMariaDB {
+			logFile := filepath.Join(t.TempDir(), "general.log")
+			mustExec(t, e.root, "SET GLOBAL general_log_file = ?", logFile)
+			mustExec(t, e.root, "SET GLOBAL log_output = 'FILE'")
+			mustExec(t, e.root, "SET GLOBAL general_log = ON")
+			t.Cleanup(func() { e.root.Exec("SET GLOBAL general_log = OFF") })
+			q := withComment(t, "UPDATE invoices SET amount = amount + 1 WHERE id = 1 /*traceparent='00-abc-def-01'*/", la)
+			res, err := c.ExecContext(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				t.Fatalf("%d rows", n)
+			}
+			mustExec(t, e.root, "SET GLOBAL general_log = OFF")
+			b, err := os.ReadFile(logFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := string(b)
+			if !strings.Contains(log, "UPDATE invoices SET amount = amount + 1 WHERE (id = 1) AND EXISTS") || !strings.Contains(log, "/*traceparent='00-abc-def-01'*/") {
+				t.Fatalf("the write is not in the general log:\n%s", log)
+			}
+			checkNoFence(t, "general log", log, la)
+		}
+		// PROCESSLIST: hold the row, let the fenced write wait on it.
+		tx, err := e.root.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "SELECT * FROM invoices WHERE id = 1 FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.ExecContext(ctx, withComment(t, "UPDATE invoices SET amount = amount + 5 WHERE id = 1 /*app='x'*/", la))
+			done <- err
+		}()
+		var info string
+		eventually(t, 20*time.Second, "the fenced write to show in PROCESSLIST", func() bool {
+			var s sql.NullString
+			err := e.root.QueryRowContext(ctx, "SELECT INFO FROM information_schema.PROCESSLIST WHERE INFO LIKE '%amount + 5%' AND INFO NOT LIKE '%PROCESSLIST%' LIMIT 1").Scan(&s)
+			if err == nil && s.Valid {
+				info = s.String
+				return true
+			}
+			return false
+		})
+		tx.Rollback()
+		if err := <-done; err != nil && !retryable(err) {
+			t.Fatal(err)
+		}
+		if !strings.Contains(info, "/*app='x'*/") {
+			t.Errorf("PROCESSLIST shows %q", info)
+		}
+		checkNoFence(t, "PROCESSLIST", info, la)
+	})
+}
+
+func checkNoFence(t *testing.T, where, text string, l lease.Lease) {
+	t.Helper()
+	low := strings.ToLower(text)
+	for _, s := range []string{"fence_lease=", "fence_owner=", "fence_token=", strings.ToLower(l.Owner),
+		hex.EncodeToString([]byte(l.Owner))} {
+		if strings.Contains(low, s) {
+			t.Errorf("%s holds %q", where, s)
+		}
+	}
+}
