@@ -328,11 +328,7 @@ func TestStmtFenceNotInServerText(t *testing.T) {
 		e.sync(t)
 		c := e.session(t)
 		if eng == engMariaDB {
-			logFile := filepath.Join(t.TempDir(), "general.log")
-			mustExec(t, e.root, "SET GLOBAL general_log_file = ?", logFile)
-			mustExec(t, e.root, "SET GLOBAL log_output = 'FILE'")
-			mustExec(t, e.root, "SET GLOBAL general_log = ON")
-			t.Cleanup(func() { e.root.Exec("SET GLOBAL general_log = OFF") })
+			read := generalLog(t, e)
 			q := withComment(t, "UPDATE invoices SET amount = amount + 1 WHERE id = 1 /*traceparent='00-abc-def-01'*/", la)
 			res, err := c.ExecContext(ctx, q)
 			if err != nil {
@@ -341,12 +337,22 @@ func TestStmtFenceNotInServerText(t *testing.T) {
 			if n, _ := res.RowsAffected(); n != 1 {
 				t.Fatalf("%d rows", n)
 			}
-			mustExec(t, e.root, "SET GLOBAL general_log = OFF")
-			b, err := os.ReadFile(logFile)
-			if err != nil {
-				t.Fatal(err)
+			log := read()
+			// The lease lookup stays a primary-key lookup with the owner
+			// compared by digest: EXPLAIN of the fence's subquery as sent.
+			i := strings.Index(log, "EXISTS (SELECT 1 FROM ")
+			j := strings.Index(log, " LOCK IN SHARE MODE)")
+			if i < 0 || j < i {
+				t.Fatalf("no fence in the general log:\n%s", log)
 			}
-			log := string(b)
+			sub := log[i+len("EXISTS (") : j]
+			var id, selType, table, typ, possible, key, keyLen, ref, rows, extra sql.NullString
+			if err := e.root.QueryRowContext(ctx, "EXPLAIN "+sub).Scan(&id, &selType, &table, &typ, &possible, &key, &keyLen, &ref, &rows, &extra); err != nil {
+				t.Fatalf("EXPLAIN %s: %v", sub, err)
+			}
+			if typ.String != "const" || key.String != "PRIMARY" {
+				t.Errorf("the statement fence's lease lookup is %s on %s, want const on PRIMARY", typ.String, key.String)
+			}
 			if !strings.Contains(log, "UPDATE invoices SET amount = amount + 1 WHERE (id = 1) AND EXISTS") || !strings.Contains(log, "/*traceparent='00-abc-def-01'*/") {
 				t.Fatalf("the write is not in the general log:\n%s", log)
 			}
@@ -394,5 +400,130 @@ func checkNoFence(t *testing.T, where, text string, l lease.Lease) {
 		if strings.Contains(low, s) {
 			t.Errorf("%s holds %q", where, s)
 		}
+	}
+}
+
+// generalLog turns MariaDB's general log on into a file for the rest of the
+// test (on the test binary's own disposable server) and returns a function
+// that turns it off and reads it.
+func generalLog(t *testing.T, e *fencedEnv) func() string {
+	t.Helper()
+	logFile := filepath.Join(t.TempDir(), "general.log")
+	mustExec(t, e.root, "SET GLOBAL general_log_file = ?", logFile)
+	mustExec(t, e.root, "SET GLOBAL log_output = 'FILE'")
+	mustExec(t, e.root, "SET GLOBAL general_log = ON")
+	t.Cleanup(func() { e.root.Exec("SET GLOBAL general_log = OFF") })
+	return func() string {
+		mustExec(t, e.root, "SET GLOBAL general_log = OFF")
+		b, err := os.ReadFile(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+}
+
+// Shadow mode forwards writes unfenced but still without the fence keys,
+// and audits what would have been rejected under the comment's fence.
+func TestStmtFenceShadowMode(t *testing.T) {
+	e := newFencedEnv(t, envOptions{mode: "shadow"})
+	ctx := context.Background()
+	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+	la := e.acquire(t, "job:a", time.Minute)
+	c := e.session(t)
+	setFence(t, c, la) // valid session: only the comment is stale
+	stale := la
+	stale.Token++
+	read := generalLog(t, e)
+	for _, q := range []string{"UPDATE invoices SET amount = 7 WHERE id = 1", "SELECT amount FROM invoices WHERE id = 1"} {
+		if _, err := c.ExecContext(ctx, withComment(t, q, stale)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := c.PrepareContext(ctx, withComment(t, "UPDATE invoices SET amount = ? WHERE id = 1", stale))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecContext(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	log := read()
+	if !strings.Contains(log, "UPDATE invoices SET amount = 7 WHERE id = 1") {
+		t.Fatalf("shadow mode did not forward the write:\n%s", log)
+	}
+	checkNoFence(t, "general log", log, stale)
+	if got := queryString(t, e.root, "SELECT amount FROM invoices WHERE id = 1"); got != "8.00" {
+		t.Fatalf("amount %s", got)
+	}
+	var n int
+	for _, r := range e.auditRecords(t) {
+		if r.Mode != "shadow" || r.Reason != audit.StaleToken || r.Lease != "job:a" || r.PresentedToken == nil || *r.PresentedToken != stale.Token {
+			t.Errorf("record %+v", r)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("%d shadow records, want 2", n)
+	}
+}
+
+// The Go client: a transaction begun with a fenced context fences every
+// statement in it; the Keeper's loss of the lease cancels the context and
+// with it the job's statements.
+func TestStmtFenceGoClientTxAndKeeper(t *testing.T) {
+	e := newFencedEnv(t, envOptions{})
+	ctx := context.Background()
+	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+	la := e.acquire(t, "job:a", 2*time.Second)
+	db := fencedPool(t, e, 1)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := la
+	stale.Token--
+	setFence(t, c, stale) // the only connection's session: stale
+	c.Close()
+	jobCtx, k := e.store.Keep(ctx, la, 2*time.Second, lease.WithInterval(100*time.Millisecond))
+	defer k.Stop()
+	fctx := lease.WithFence(jobCtx, la)
+	tx, err := db.BeginTx(fctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Statements of the transaction run with a plain context: still fenced.
+	for i := 0; i < 3; i++ {
+		res, err := tx.ExecContext(ctx, "UPDATE invoices SET amount = amount + 1 WHERE id = 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("statement %d of the fenced transaction: %d rows", i, n)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// After the transaction the connection's statements are the session's.
+	res, err := db.ExecContext(ctx, "UPDATE invoices SET amount = amount + 1 WHERE id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 0 {
+		t.Fatalf("the transaction's fence outlived it: %d rows", n)
+	}
+	// Take the lease over: the Keeper's renewal fails and cancels the job.
+	mustExec(t, e.other, "UPDATE fenced_job_leases SET owner_token = 'thief', fence_token = fence_token + 1 WHERE lease_name = 'job:a'")
+	select {
+	case <-jobCtx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Keeper did not cancel the job after the takeover")
+	}
+	if _, err := db.ExecContext(fctx, "UPDATE invoices SET amount = 100 WHERE id = 1"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a write after the loss: %v", err)
+	}
+	if got := queryString(t, e.root, "SELECT amount FROM invoices WHERE id = 1"); got != "4.00" {
+		t.Fatalf("amount %s", got)
 	}
 }

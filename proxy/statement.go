@@ -99,7 +99,7 @@ func (c *clientConn) comQuery(rt *runtime) error {
 			return err
 		}
 	}
-	if d.Action == rewrite.Forward && d.Stmts == nil {
+	if d.Action == rewrite.Forward && d.Stmts == nil && d.SQL == nil {
 		// The hot path: nothing here concerns fencing.
 		c.p.metrics.stmtForwarded.Inc()
 		if c.p.catalog != nil && d.ChangesSchema {
@@ -157,6 +157,17 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		if rt.policy.Mode == modeShadow {
 			if err := c.fence.shadowCheck(rt, d.Stmts); err != nil {
 				return err
+			}
+			if d.SQL != nil {
+				c.consumeCommand(payload, inPlace)
+				if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
+					return err
+				}
+				t := newTracker(c, rt, d.Stmts, len(d.Stmts) == 1)
+				if err := c.relayResults(t); err != nil {
+					return err
+				}
+				return t.finish()
 			}
 		} else if len(d.Stmts) > 1 && c.fence.hasGuarded(d.Stmts) {
 			sql := append([]byte(nil), payload[1:]...)
@@ -217,7 +228,13 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 		}
 	default:
 		c.p.metrics.stmtForwarded.Inc()
-		if err := c.sendOriginal(payload, inPlace); err != nil {
+		if d.SQL != nil {
+			// Shadow mode: without the statement's fence keys.
+			c.consumeCommand(payload, inPlace)
+			if err := c.sendRewritten(mysql.COM_STMT_PREPARE, d.SQL); err != nil {
+				return err
+			}
+		} else if err := c.sendOriginal(payload, inPlace); err != nil {
 			return err
 		}
 	}
@@ -434,7 +451,9 @@ func (fg *fencing) shadow(rt *runtime, d rewrite.Decision, sql []byte) rewrite.D
 		fg.auditRefusal(rt, d.Refusal, rewrite.DigestInput(sql), "shadow")
 		return rewrite.Decision{Action: rewrite.Forward}
 	}
-	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts}
+	// Statement fences' keys leave the text all the same (SQL: see
+	// Decision.Stripped).
+	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts, SQL: d.Stripped}
 }
 
 // learnSQLMode asks the session for its sql_mode, for a statement that reads

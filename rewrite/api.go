@@ -129,6 +129,12 @@ type Decision struct {
 	// what each execution of the prepared statement does.
 	Stmts []Stmt
 
+	// Stripped: the client's text with only the statements' fence keys
+	// removed (stmtfence.go), nil when it has none: what shadow mode,
+	// which forwards statements unfenced, sends instead of the text as
+	// it came, so that no owner token reaches the server.
+	Stripped []byte
+
 	// ChangesSchema: a statement of the packet starts with CREATE, ALTER,
 	// DROP or RENAME, so it may change the schema objects the catalog
 	// reads; the proxy reads the catalog again before the client's next

@@ -16,6 +16,9 @@ import (
 type edit struct {
 	pos, end int
 	text     string
+	// strip: the edit removes a statement's fence keys (stmtfence.go), not
+	// part of a fence.
+	strip bool
 }
 
 // pstate is the session as the statements of a packet see it.
@@ -152,6 +155,15 @@ func (pc *packetCtx) finish(r restResult) Decision {
 	if len(r.edits) > 0 {
 		d.Action = Send
 		d.SQL = applyEdits(pc.src, r.edits)
+		var strips []edit
+		for _, ed := range r.edits {
+			if ed.strip {
+				strips = append(strips, ed)
+			}
+		}
+		if len(strips) > 0 {
+			d.Stripped = applyEdits(pc.src, strips)
+		}
 		mapSpans(r.stmts, r.edits)
 	}
 	if r.matters {

@@ -452,5 +452,5 @@ func (in *stmtIn) applyStmtFence(res *stmtRes, fc *fenceComment, end int) {
 			return
 		}
 	}
-	res.edits = append(res.edits, edit{pos: fc.start, end: fc.end, text: fc.repl})
+	res.edits = append(res.edits, edit{pos: fc.start, end: fc.end, text: fc.repl, strip: true})
 }
