@@ -527,3 +527,42 @@ func TestStmtFenceGoClientTxAndKeeper(t *testing.T) {
 		t.Fatalf("amount %s", got)
 	}
 }
+
+// on_stale: error: the rejection's error and audit record are the
+// comment's fence's (its lease and token), not the session's.
+func TestStmtFenceOnStaleError(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng, onStale: "error"})
+		ctx := context.Background()
+		mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+		la := e.acquire(t, "job:a", time.Minute)
+		lb := e.acquire(t, "job:b", time.Minute)
+		c := e.session(t)
+		setFence(t, c, lb) // valid: the comment's stale fence must decide
+		stale := la
+		stale.Token += 5
+		for _, q := range []string{"UPDATE invoices SET amount = 9 WHERE id = 1",
+			"INSERT INTO invoices (id, customer, period, amount) VALUES (2, 'b', '2026-01', 1)"} {
+			_, err := c.ExecContext(ctx, withComment(t, q, stale))
+			if err == nil || !strings.Contains(err.Error(), "lease 'job:a'") || !strings.Contains(err.Error(), fmt.Sprintf("presented %d", stale.Token)) {
+				t.Fatalf("%s: %v", q, err)
+			}
+			if strings.Contains(err.Error(), stale.Owner) {
+				t.Fatal("the error names the owner")
+			}
+		}
+		recs := e.auditRecords(t)
+		if len(recs) != 2 {
+			t.Fatalf("%d records", len(recs))
+		}
+		for _, r := range recs {
+			if r.Reason != audit.StaleToken || r.Lease != "job:a" || r.PresentedToken == nil || *r.PresentedToken != stale.Token ||
+				r.CurrentToken == nil || *r.CurrentToken != la.Token || r.PresentedOwner != lease.OwnerHash(la.Owner) {
+				t.Errorf("record %+v", r)
+			}
+		}
+		if got := queryString(t, e.root, "SELECT COUNT(*) FROM invoices WHERE amount = 9 OR id = 2"); got != "0" {
+			t.Fatalf("a rejected write landed: %s", got)
+		}
+	})
+}

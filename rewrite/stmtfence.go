@@ -37,10 +37,15 @@ import (
 var stmtFenceKeys = [3]string{"fence_lease", "fence_owner", "fence_token"}
 
 // hasFenceKey reports whether b mentions a fence key, ASCII
-// case-insensitively: packets that do not take none of this file's paths.
+// case-insensitively, other than as a user variable (@fence_owner,
+// @`fence_owner`: the session fence, which keeps the fast path and the
+// caches). Packets that do not take none of this file's paths.
 func hasFenceKey(b []byte) bool {
 	for i := 0; i+len("fence_lease") <= len(b); i++ {
 		if b[i]|0x20 != 'f' {
+			continue
+		}
+		if i > 0 && b[i-1] == '@' || i > 1 && b[i-2] == '@' && (b[i-1] == '`' || b[i-1] == '\'' || b[i-1] == '"') {
 			continue
 		}
 		if fenceKeyAt(b, i) >= 0 {

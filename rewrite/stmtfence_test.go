@@ -305,3 +305,40 @@ func TestStmtFenceLeaseSQL(t *testing.T) {
 		t.Errorf("owner digest missing: %s", b.String())
 	}
 }
+
+// The session fence's variables keep the fast path and the caches: only a
+// fence key that is not a user variable sends a packet the long way.
+func TestHasFenceKey(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SET @fence_lease = 'a', @fence_owner = X'01', @fence_token = 3":   false,
+		"SET @`fence_owner` = 1, @'fence_token' = 2, @\"FENCE_LEASE\" = 3": false,
+		"SELECT @FENCE_OWNER":                       false,
+		"UPDATE t SET a = 1":                        false,
+		"UPDATE t SET a = 1 /*fence_owner='x'*/":    true,
+		"UPDATE t SET a = 1 /*,FENCE_TOKEN='1'*/":   true,
+		"SELECT fence_token FROM fenced_job_leases": true,
+		"SELECT 'fence_lease=1'":                    true,
+	} {
+		if got := hasFenceKey([]byte(q)); got != want {
+			t.Errorf("%q: %v", q, got)
+		}
+	}
+}
+
+// Audit digests (of fenced writes and of refusals) never hold a fence
+// comment's values.
+func TestStmtFenceDigestsHoldNoValues(t *testing.T) {
+	for _, q := range []string{
+		"UPDATE invoices SET paid = 1 WHERE id = 7 /*" + fcBody + "*/",
+		"UPDATE invoices /*" + fcBody + "*/ SET paid = 1",
+		"UPDATE invoices SET note = '/*" + strings.ReplaceAll(fcBody, "'", "''") + "*/' WHERE id = 7",
+		"PREPARE s FROM 'UPDATE invoices SET a = 1 /*" + strings.ReplaceAll(fcBody, "'", "''") + "*/'",
+		"UPDATE invoices SET a = 1 /*!100000 " + fcBody + " */",
+		"UPDATE invoices SET a = 1 -- " + fcBody,
+	} {
+		d := Digest(q)
+		if strings.Contains(strings.ToLower(d), "s3cret") || strings.Contains(d, "fence_owner=") || strings.Contains(d, "%20owner") {
+			t.Errorf("%q: digest %q", q, d)
+		}
+	}
+}
