@@ -566,3 +566,46 @@ func TestStmtFenceOnStaleError(t *testing.T) {
 		}
 	})
 }
+
+// In a multi-statement query each statement is fenced by its own comment,
+// or by the session's fence when it has none.
+func TestStmtFenceMultiStatement(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		for _, onStale := range []string{"zero_rows", "error"} {
+			t.Run(onStale, func(t *testing.T) {
+				e := newFencedEnv(t, envOptions{engine: eng, onStale: onStale})
+				ctx := context.Background()
+				mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+				la := e.acquire(t, "job:a", time.Minute)
+				stale := la
+				stale.Token++
+				db := appDB(t, e.proxy, e.db, "multiStatements=true")
+				c, err := db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				setFence(t, c, stale)
+				q := withComment(t, "UPDATE invoices SET amount = amount + 1 WHERE id = 1", la) + "; " +
+					withComment(t, "INSERT INTO invoices (id, customer, period, amount) VALUES (4, 'd', '2026-01', 1)", la) + "; " +
+					"UPDATE invoices SET amount = amount + 10 WHERE id = 1; " +
+					withComment(t, "INSERT INTO invoices (id, customer, period, amount) VALUES (3, 'c', '2026-01', 1)", stale)
+				_, err = c.ExecContext(ctx, q)
+				if onStale == "error" {
+					// The third statement (the session's stale fence) stops
+					// the query.
+					if err == nil || !strings.Contains(err.Error(), "stale write") {
+						t.Fatalf("on_stale error: %v", err)
+					}
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				e.sync(t)
+				if got := tableDump(t, e.root, "invoices"); !strings.HasPrefix(got, "1|acme|2026-01|2.00|") ||
+					!strings.Contains(got, "\n4|d|") || strings.Contains(got, "\n3|c|") {
+					t.Fatalf("invoices:\n%s", got)
+				}
+			})
+		}
+	})
+}
