@@ -255,6 +255,12 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 				// whole text before it reads any statement (alloc_query
 				// in sql_parse.cc): `UPDATE t SET v = 1;;` is one
 				// statement, with or without multi-statements.
+				if pc.stmtFences {
+					if r := pc.trailingFence(pos, &out); r != nil {
+						out.refusal = r
+						return out
+					}
+				}
 				break
 			}
 			// An empty statement between two ';': the server reports a

@@ -342,6 +342,35 @@ func parseFenceToken(s string) (uint64, string) {
 	return n, ""
 }
 
+// trailingFence handles a fence comment after the packet's last ';'
+// (`UPDATE ...; /*fence_...*/`), which belongs to no statement: refused
+// when the statement before it is one a fence comment matters to (the
+// comment's fence would silently not apply), else its fence keys leave the
+// text.
+func (pc *packetCtx) trailingFence(pos int, out *restResult) *Refusal {
+	if pc.depth > 0 || !hasFenceKey(pc.src[pos:]) {
+		return nil
+	}
+	relevant := false
+	if n := len(out.stmts); n > 0 {
+		st := &out.stmts[n-1]
+		relevant = st.Kind == Write || st.Kind == Execute || st.Kind == Call || st.Kind == Prepare && st.Fence != nil
+	}
+	if relevant && pc.e.hasTables() {
+		return &Refusal{Reason: "a fence comment follows the statement's ';' and so belongs to no statement; " +
+			"put it before the ';' (at the end of the statement) or at the statement's start"}
+	}
+	for _, c := range plainComments(pc.src, pos, len(pc.src)) {
+		if !hasFenceKey(pc.src[c[0]+2 : c[1]-2]) {
+			continue
+		}
+		if fc := parseFenceComment(pc.src, c[0], c[1]); fc.malformed == "" {
+			out.edits = append(out.edits, edit{pos: fc.start, end: fc.end, text: fc.repl, strip: true})
+		}
+	}
+	return nil
+}
+
 // strayFenceKey reports whether the statement src[from:to] mentions a fence
 // key outside the fence comment skip (start, end; -1 for none): in a
 // comment, or as key= in a string. A fence key as a name (a column

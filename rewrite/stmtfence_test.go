@@ -117,6 +117,10 @@ func TestStmtFenceOnOtherStatements(t *testing.T) {
 	if d.Action != Send || string(d.SQL) != "SELECT 1 " {
 		t.Fatalf("%+v %q", d, d.SQL)
 	}
+	d = e.Query([]byte("UPDATE invoices SET paid = 1; SELECT 1; /*"+fcBody+"*/"), maria, appSession())
+	if d.Action != Send || strings.Contains(string(d.SQL), "fence_owner=") || d.Stmts[0].Fence.Presented != nil {
+		t.Fatalf("%+v %q", d, d.SQL)
+	}
 	d = e.Query([]byte("UPDATE other SET a = 1 /*"+fcBody+"*/"), maria, appSession())
 	if d.Action != Send || string(d.SQL) != "UPDATE other SET a = 1 " {
 		t.Fatalf("%+v %q", d, d.SQL)
@@ -213,6 +217,10 @@ func TestStmtFenceAttacks(t *testing.T) {
 		{"compound with comment before", "/*" + fcBody + "*/ BEGIN NOT ATOMIC " + w + "; END", ""},
 		{"comment-looking string in PREPARE", "PREPARE s FROM CONCAT('" + w + "', ' /*fence_owner=1*/')", ""},
 		{"encoded =", "UPDATE invoices SET note = 'fence_owner%3D1' WHERE id = 7 /*" + fcBody + "*/", "outside a fence comment"},
+		{"procedure body", "CREATE PROCEDURE p() " + w + " /*" + fcBody + "*/", ""},
+		{"comment before a procedure", "/*" + fcBody + "*/ CREATE PROCEDURE p() " + w, ""},
+		{"trigger body", "CREATE TRIGGER tr BEFORE INSERT ON other FOR EACH ROW " + w + " /*" + fcBody + "*/", ""},
+		{"after the statement's ';' in a packet", w + "; /*" + fcBody + "*/", ""},
 	}
 	for _, c := range refused {
 		d := e.Query([]byte(c.q), maria, appSession())
@@ -238,6 +246,11 @@ func TestStmtFenceAttacks(t *testing.T) {
 		{"fence key as a column name", "UPDATE invoices SET fence_token_note = 1 WHERE id = 7 /*" + fcBody + "*/"},
 		{"fence variable read", w + " AND @fence_owner IS NULL /*" + fcBody + "*/"},
 		{"string mentioning the key without =", "UPDATE invoices SET note = 'fence_owner' WHERE id = 7 /*" + fcBody + "*/"},
+		{"SET STATEMENT", "SET STATEMENT max_statement_time=1 FOR " + w + " /*" + fcBody + "*/"},
+		{"CTE", "WITH x AS (SELECT 1) " + w + " /*" + fcBody + "*/"},
+		{"multi-table", "UPDATE invoices, other SET invoices.paid = 1 WHERE other.id = invoices.id /*" + fcBody + "*/"},
+		{"INSERT ... SELECT", "INSERT INTO invoices (id) SELECT id FROM other /*" + fcBody + "*/"},
+		{"DELETE ORDER BY LIMIT", "DELETE FROM invoices ORDER BY id LIMIT 1 /*" + fcBody + "*/"},
 	}
 	for _, c := range applied {
 		d := e.Query([]byte(c.q), maria, appSession())
