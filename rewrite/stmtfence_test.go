@@ -2,8 +2,8 @@ package rewrite
 
 import (
 	"crypto/sha256"
-	"math/rand"
 	"encoding/hex"
+	"math/rand"
 	"strings"
 	"testing"
 
