@@ -609,3 +609,46 @@ func TestStmtFenceMultiStatement(t *testing.T) {
 		}
 	})
 }
+
+// A statement prepared with a fence comment while its table was not
+// protected is held by the server without a fence (only the comment's keys
+// were removed): once a reload protects the table, executing it is refused.
+func TestStmtFencePreparedBeforeReload(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		ctx := context.Background()
+		mustExec(t, e.root, "INSERT INTO notes (id, body) VALUES (1, 'n')")
+		la := e.acquire(t, "job:a", time.Minute)
+		c := e.session(t)
+		stmt, err := c.PrepareContext(ctx, withComment(t, "UPDATE notes SET body = ? WHERE id = 1", la))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stmt.Close()
+		if r, err := stmt.ExecContext(ctx, "before"); err != nil || rowsAffected(r) != 1 {
+			t.Fatalf("unprotected write before the reload: %v", err)
+		}
+		audit := "audit:\n  file: " + e.audits + "\n"
+		base := "tables:\n  - name: " + e.db + ".reconciliation_runs\n    lease: admin:reconciliation\n  - name: " + e.db + ".invoices\n"
+		e.proxy.reload(t, "log_level: debug\n"+audit+base)
+		if r, err := stmt.ExecContext(ctx, "same policy"); err != nil || rowsAffected(r) != 1 {
+			t.Fatalf("write after a reload that does not touch fencing: %v", err)
+		}
+		e.proxy.reload(t, audit+base+"  - name: "+e.db+".notes\n")
+		if _, err := stmt.ExecContext(ctx, "stale prepare"); err == nil || !strings.Contains(err.Error(), "prepare it again") {
+			t.Fatalf("execute of a statement the server holds unfenced after notes became protected: %v", err)
+		}
+		if got := queryString(t, e.root, "SELECT body FROM notes WHERE id = 1"); got != "same policy" {
+			t.Fatalf("body %q", got)
+		}
+		// Prepared again, it carries the comment's fence.
+		stmt2, err := c.PrepareContext(ctx, withComment(t, "UPDATE notes SET body = ? WHERE id = 1", la))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stmt2.Close()
+		if r, err := stmt2.ExecContext(ctx, "fenced"); err != nil || rowsAffected(r) != 1 {
+			t.Fatalf("prepared again under the comment's fence: %v", err)
+		}
+	})
+}

@@ -255,7 +255,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	}
 	// A guarded write is prepared as it was written; every execution is
 	// guarded.
-	ps := &preparedStmt{gen: rt.gen, fenced: d.Action == rewrite.Send || len(d.Stmts) == 1 && c.fence.guardOf(&d.Stmts[0]) != nil,
+	ps := &preparedStmt{gen: rt.gen, fenced: sendsFence(d) || len(d.Stmts) == 1 && c.fence.guardOf(&d.Stmts[0]) != nil,
 		text: string(payload[1:])}
 	if len(d.Stmts) == 1 {
 		ps.stmt = d.Stmts[0]
@@ -350,7 +350,7 @@ func (c *clientConn) redecide(rt *runtime, ps *preparedStmt) *rewrite.Refusal {
 	switch {
 	case d.Action == rewrite.Refuse:
 		return d.Refusal
-	case d.Action == rewrite.Send && !ps.fenced:
+	case sendsFence(d) && !ps.fenced:
 		t := ""
 		if f := writeFence(d.Stmts); f != nil && len(f.Targets) > 0 {
 			t = f.Targets[0].Schema + "." + f.Targets[0].Table
@@ -432,6 +432,13 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 }
 
 func hasWrite(stmts []rewrite.Stmt) bool { return writeFence(stmts) != nil }
+
+// sendsFence: the decision sends a fenced text. A Send that only removes
+// a statement fence's keys (Decision.Stripped) from a statement that
+// writes nothing protected sends no fence: the server holds it unfenced.
+func sendsFence(d rewrite.Decision) bool {
+	return d.Action == rewrite.Send && (d.Stripped == nil || hasWrite(d.Stmts))
+}
 
 // writeFence returns the fence of the first protected write among stmts.
 func writeFence(stmts []rewrite.Stmt) *rewrite.Fence {
