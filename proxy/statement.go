@@ -134,7 +134,11 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		c.consumeCommand(payload, inPlace)
 		return c.answerLeaseCall(rt, d.Call)
 	case rewrite.Send:
-		c.p.metrics.stmtFenced.Inc()
+		if sendsFence(d) {
+			c.p.metrics.stmtFenced.Inc()
+		} else {
+			c.p.metrics.stmtForwarded.Inc() // only a statement fence's keys removed
+		}
 		c.consumeCommand(payload, inPlace)
 		if len(d.Stmts) > 1 && (rt.policy.OnStale == onStaleError && hasWrite(d.Stmts) || c.fence.hasGuarded(d.Stmts)) {
 			return c.fence.runOneByOne(rt, d.SQL, d.Stmts)
@@ -221,7 +225,11 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 		c.consumeCommand(payload, inPlace)
 		return c.prepareLeaseCall(rt, d.Call)
 	case rewrite.Send:
-		c.p.metrics.stmtFenced.Inc()
+		if sendsFence(d) {
+			c.p.metrics.stmtFenced.Inc()
+		} else {
+			c.p.metrics.stmtForwarded.Inc()
+		}
 		c.consumeCommand(payload, inPlace)
 		if err := c.sendRewritten(mysql.COM_STMT_PREPARE, d.SQL); err != nil {
 			return err
