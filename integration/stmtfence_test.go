@@ -247,6 +247,17 @@ func TestStmtFenceOverridesSessionNoLeak(t *testing.T) {
 		if n := affected(upd); n != 1 {
 			t.Fatalf("valid session after comments: %d rows", n)
 		}
+		// A read with a comment: relayed without its keys, rows intact.
+		var amt, amt2 string
+		if err := c.QueryRowContext(ctx, withComment(t, "SELECT amount FROM invoices WHERE id = 1", la)).Scan(&amt); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRowContext(ctx, withComment(t, "SELECT amount FROM invoices WHERE id = ?", la), 1).Scan(&amt2); err != nil {
+			t.Fatal(err)
+		}
+		if amt != "3.00" || amt2 != amt {
+			t.Fatalf("read with a comment: %s %s", amt, amt2)
+		}
 		// The session's variables were neither read nor changed.
 		var owner, token string
 		if err := c.QueryRowContext(ctx, "SELECT HEX(@fence_owner), @fence_token").Scan(&owner, &token); err != nil {
