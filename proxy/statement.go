@@ -167,7 +167,7 @@ func (c *clientConn) comQuery(rt *runtime) error {
 				if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
 					return err
 				}
-				t := newTracker(c, rt, d.Stmts, len(d.Stmts) == 1)
+				t := newTracker(&c.fence, rt, d.Stmts, len(d.Stmts) == 1)
 				if err := c.relayResults(t); err != nil {
 					return err
 				}
