@@ -103,7 +103,7 @@ func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []re
 // response relayed through t; drop discards the client's command when it
 // is not sent. The caller finishes t afterwards (session effects; a
 // guarded write has no lease check left to do).
-func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) error {
+func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) (err error) {
 	// The transaction state decides the shape: after an ERR, ask.
 	if err := fg.own.learnStatus(); err != nil {
 		be, ok := err.(*backendError)
@@ -161,6 +161,15 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	if err != nil {
 		return err
 	}
+	if wrap && fg.s.serverStatus()&mysql.SERVER_STATUS_IN_TRANS_READONLY != 0 && fg.s.server().Flavor != rewrite.TiDB {
+		// The proxy's START TRANSACTION took a one-shot READ ONLY: see
+		// keepReadOnly.
+		defer func() {
+			if err == nil {
+				err = fg.keepReadOnly()
+			}
+		}()
+	}
 	if gerr != nil || v.rejected() {
 		end := "DO 0" // ROW_COUNT() as after a write of 0 rows
 		if wrap {
@@ -207,6 +216,37 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		return fg.writeInTransaction(rt, f, v, t, send, recheck, began, undo)
 	}
 	return fg.writeWrapped(rt, f, v, t, send, recheck)
+}
+
+// keepReadOnly gives the session back the READ ONLY characteristic the
+// proxy's own transaction used up. SET TRANSACTION READ ONLY (no GLOBAL or
+// SESSION) applies to the next transaction only, and the server forgets it
+// when a transaction ends or after an autocommit statement that used a
+// transactional engine; an autocommit write it refuses for the
+// characteristic (1792) opens no table, so directly the characteristic
+// stays, and every later autocommit write is refused too (measured on
+// MariaDB 10.11: TestOneShotTransactionCharacteristics). The proxy's
+// START TRANSACTION for a guarded autocommit write takes it (the server
+// says so with SERVER_STATUS_IN_TRANS_READONLY) and its ROLLBACK ends it:
+// before, the second autocommit INSERT after SET TRANSACTION READ ONLY
+// inserted. The server shows no one-shot characteristic in any variable,
+// so the flag is what the proxy can know: once its transaction has ended,
+// it sets READ ONLY again. (A session whose default is READ ONLY gets the
+// same one-shot it has anyway.) A one-shot isolation level set with it is
+// not restored: docs/sessions.md. Not on TiDB, which refuses SET
+// TRANSACTION READ ONLY (1235) unless its no-op functions are on, and
+// whose kept warnings (warnings.go) a statement of the proxy's would
+// drop.
+func (fg *fencing) keepReadOnly() error {
+	if fg.s.inTransaction() {
+		return nil
+	}
+	_, err := fg.own.exec("SET TRANSACTION READ ONLY")
+	if be, ok := err.(*backendError); ok {
+		fg.s.log().Warn("setting the session's READ ONLY characteristic again failed", "code", be.Code)
+		return nil
+	}
+	return err
 }
 
 // Expiry at the write. The guard checks the lease before the write goes
