@@ -112,12 +112,12 @@ func TestOneShotTransactionCharacteristics(t *testing.T) {
 				if sq.engines != nil && !containsString(sq.engines, eng) {
 					t.Skipf("only on %v", sq.engines)
 				}
-				run := func(c *sql.Conn) []string {
+				run := func(c *sql.Conn, token uint64) []string {
 					ctx := context.Background()
 					mustExec(t, e.root, "DELETE FROM invoices")
 					mustExec(t, e.root, "INSERT INTO invoices (customer, period, amount, token) VALUES ('seed', '2026-01', 1, ?)", l.Token)
 					e.sync(t)
-					mustExec(t, c, "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", l.Name, l.Owner, l.Token)
+					mustExec(t, c, "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", l.Name, l.Owner, token)
 					var out []string
 					for _, st := range sq.steps {
 						if st.engines != nil && !containsString(st.engines, eng) {
@@ -145,13 +145,22 @@ func TestOneShotTransactionCharacteristics(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer dc.Close()
-				direct := run(dc)
-				proxied := run(e.session(t))
+				direct := run(dc, l.Token)
+				proxied := run(e.session(t), l.Token)
 				for i := range direct {
 					t.Logf("direct:  %s", direct[i])
 					if direct[i] != proxied[i] {
 						t.Errorf("through the proxy: %s", proxied[i])
 					}
+				}
+				// A stale fence: the sequence changes no protected row.
+				var want string
+				c := e.session(t)
+				stale := run(c, l.Token-1)
+				e.sync(t)
+				want = "seed 1.00"
+				if got := queryString(t, e.root, "SELECT COALESCE(GROUP_CONCAT(CONCAT(customer, ' ', amount) ORDER BY id), '') FROM invoices"); got != want {
+					t.Errorf("with a stale fence the protected table holds %q, want %q (answers %q)", got, want, stale)
 				}
 			})
 		}
