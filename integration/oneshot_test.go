@@ -95,6 +95,19 @@ func TestOneShotTransactionCharacteristics(t *testing.T) {
 			{q: "SELECT COUNT(*) FROM invoices WHERE customer = 'rw1'", read: true},
 		},
 	}, {
+		name: "read only under autocommit=0",
+		steps: []step{
+			{q: "SET autocommit = 0"},
+			{q: "SET TRANSACTION READ ONLY"},
+			{q: "INSERT INTO invoices (customer, period, amount) VALUES ('ra1', '2026-01', 1)"},
+			{q: "INSERT INTO invoices (customer, period, amount) VALUES ('ra2', '2026-01', 1)"},
+			{q: "COMMIT"},
+			{q: "INSERT INTO invoices (customer, period, amount) VALUES ('ra3', '2026-01', 1)"},
+			{q: "COMMIT"},
+			{q: "SET autocommit = 1"},
+			{q: "SELECT COUNT(*) FROM invoices WHERE customer LIKE 'ra%'", read: true},
+		},
+	}, {
 		name: "session read only",
 		steps: []step{
 			{q: "SET SESSION TRANSACTION READ ONLY"},
