@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,15 @@ type auditStory struct {
 }
 
 func newAuditStory(t *testing.T) auditStory {
+	t.Helper()
+	return newAuditStoryWith(t, "invoice:acme", "")
+}
+
+// newAuditStoryWith is newAuditStory with the stale write's @fence_lease
+// set to leaseName (the lease held and taken over is invoice:acme), from a
+// session sending the connection attributes attrs (the driver's
+// connectionAttributes, "" for none).
+func newAuditStoryWith(t *testing.T, leaseName, attrs string) auditStory {
 	t.Helper()
 	srv := dbtest.Shared(t)
 	db := dbtest.NewDatabase(t, srv)
@@ -73,13 +83,17 @@ func newAuditStory(t *testing.T) auditStory {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := dbtest.Open(t, dbserver.AppUser+":"+dbserver.AppPassword+"@tcp("+ln.Addr().String()+")/"+db)
+	dsn := dbserver.AppUser + ":" + dbserver.AppPassword + "@tcp(" + ln.Addr().String() + ")/" + db
+	if attrs != "" {
+		dsn += "?connectionAttributes=" + url.QueryEscape(attrs)
+	}
+	app := dbtest.Open(t, dsn)
 	c, err := app.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.ExecContext(ctx, "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", l.Name, l.Owner, l.Token); err != nil {
+	if _, err := c.ExecContext(ctx, "SET @fence_lease = ?, @fence_owner = ?, @fence_token = ?", leaseName, l.Owner, l.Token); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := root.Exec("UPDATE fenced_job_leases SET fence_token = fence_token + 1 WHERE lease_name = 'invoice:acme'"); err != nil {
@@ -186,4 +200,36 @@ func jsonLines(t *testing.T, s string) []audit.Record {
 		out = append(out, r)
 	}
 	return out
+}
+
+// TestAuditCommandEscapesForgedValues: a stale write through the proxy
+// whose lease name and program_name connection attribute carry line breaks
+// and terminal escape sequences is recorded as it was, and `fenceproxy
+// audit` prints it as one table row with every control character escaped:
+// the values cannot add rows, move the cursor or recolour the terminal.
+func TestAuditCommandEscapesForgedValues(t *testing.T) {
+	forgedLease := "job\n2026-01-01 00:00:00  stale_token  x\x1b[1A\x1b[2K"
+	forgedLease = strings.NewReplacer(`\n`, "\n", `\x1b`, "\x1b").Replace(forgedLease)
+	st := newAuditStoryWith(t, forgedLease, "program_name:inv\noicer\x1b]0;pwned\x07\u202e")
+	var r cliResult
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r = cli(t, "audit", "--dsn", st.dsn, "--json")
+		if r.code == exitOK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantCode(t, r, exitOK, "audit of the forged write")
+	recs := jsonLines(t, r.stdout)
+	if len(recs) != 1 || recs[0].Lease != forgedLease || !strings.Contains(recs[0].Program, "\x1b]0;pwned") {
+		t.Fatalf("the record does not hold the values as sent: %+v", recs)
+	}
+	r = cli(t, "audit", "--dsn", st.dsn, "--since", "1h")
+	wantCode(t, r, exitOK, "audit as a table")
+	t.Logf("fenceproxy audit:\n%s", r.stdout)
+	assertTerminalSafe(t, r.stdout, 2)
+	if !strings.Contains(r.stdout, `job\n2026-01-01`) || !strings.Contains(r.stdout, `\x1b[1A`) || !strings.Contains(r.stdout, `inv\noicer\x1b]0;pwned\x07\u202e`) {
+		t.Errorf("the lease is not shown escaped:\n%s", r.stdout)
+	}
 }
