@@ -68,6 +68,27 @@ func TestReadPacket(t *testing.T) {
 	}
 }
 
+// TestReadPacketReserves: a packet of several parts is read into one
+// buffer set aside when its first part says more follow (the limit, at
+// most bigReserve), not into buffers doubled part by part.
+func TestReadPacketReserves(t *testing.T) {
+	big := bytes.Repeat([]byte{7}, 2*MaxPayload+10)
+	for _, tc := range []struct{ limit, cap int }{
+		{3 * MaxPayload, 3 * MaxPayload},
+		{1 << 30, bigReserve},
+		{2*MaxPayload + 10, 2*MaxPayload + 10},
+	} {
+		c := NewStreamConn(Backend, bytes.NewReader(stream([][]byte{big})), io.Discard)
+		p, _, err := c.ReadPacket(make([]byte, 0, 64), tc.limit)
+		if err != nil || !bytes.Equal(p, big) {
+			t.Fatalf("limit %d: %d bytes, %v", tc.limit, len(p), err)
+		}
+		if cap(p) != tc.cap {
+			t.Errorf("limit %d: a buffer of %d bytes, want %d", tc.limit, cap(p), tc.cap)
+		}
+	}
+}
+
 // TestPeekPacketLarge: a packet too large for the buffer, or split, is not
 // peeked whole.
 func TestPeekPacketLarge(t *testing.T) {
