@@ -32,6 +32,7 @@ type rtAttack struct {
 	each   bool     // one COM_QUERY per statement (else joined by newlines)
 	params []string // more DSN parameters of the session
 	after  []string // direct, as root, after the check
+	open   bool     // a known bypass: skipped unless RT_UNSKIP is set
 }
 
 // rtEnv is a fencedEnv with the objects the attacks use, created directly
@@ -623,14 +624,18 @@ func TestRedteamCatalogWindow(t *testing.T) {
 		{name: "new function, called at once", setup: []string{"CREATE FUNCTION bumpf2() RETURNS INT MODIFIES SQL DATA BEGIN UPDATE invoices SET amount=amount+1; RETURN 1; END"}, stmts: []string{"SELECT bumpf2()"}},
 		{name: "new view, written at once", setup: []string{"CREATE VIEW v_new AS SELECT * FROM invoices"}, stmts: []string{"UPDATE v_new SET amount=0"}},
 		{name: "new trigger on a known table", setup: []string{"CREATE TRIGGER tr_new BEFORE INSERT ON notes FOR EACH ROW UPDATE invoices SET amount=amount+1"},
-			stmts: []string{"INSERT INTO notes (body) VALUES ('x')"}, after: []string{"DROP TRIGGER IF EXISTS tr_new"}},
+			stmts: []string{"INSERT INTO notes (body) VALUES ('x')"}, after: []string{"DROP TRIGGER IF EXISTS tr_new"}, open: true},
 		{name: "known procedure redefined", setup: []string{"CREATE OR REPLACE PROCEDURE later2() SELECT 1", "DO SLEEP(3)", "CREATE OR REPLACE PROCEDURE later2() UPDATE invoices SET amount=amount+1"},
-			stmts: []string{"CALL later2()"}},
+			stmts: []string{"CALL later2()"}, open: true},
 	} {
 		t.Run(a.name, func(t *testing.T) {
-			if os.Getenv("RT_UNSKIP") == "" {
-				t.Skip("KNOWN BYPASS: an object created or redefined directly on the server is fenced only from the catalog's next refresh " +
-					"(catalog.refresh, 2 s by default); a write naming an object the catalog has never seen does not refresh it synchronously")
+			// The first three held once a write or call naming an object
+			// the catalog never saw waited for a catalog read
+			// (TestCatalogFreshness); they were still skipped here.
+			if a.open && os.Getenv("RT_UNSKIP") == "" {
+				t.Skip("KNOWN BYPASS: a new trigger on a table the catalog knows, or a new body under a name it knows, is fenced only from " +
+					"the catalog's next refresh (catalog.refresh, 2 s by default): the write names nothing the catalog has not seen " +
+					"(docs/sessions.md, Catalog freshness; fencing.database_guard: triggers closes it)")
 			}
 			e.run(t, a)
 		})
