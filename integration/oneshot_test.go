@@ -35,6 +35,8 @@ func TestOneShotTransactionCharacteristics(t *testing.T) {
 		// guard's locking read that went with it leaves
 		// @@warning_count and @@error_count 0 (docs/sessions.md).
 		engines []string
+		// args: run with COM_STMT_PREPARE and COM_STMT_EXECUTE
+		args []any
 	}
 	seqs := []struct {
 		name    string
@@ -108,6 +110,26 @@ func TestOneShotTransactionCharacteristics(t *testing.T) {
 			{q: "SELECT COUNT(*) FROM invoices WHERE customer LIKE 'ra%'", read: true},
 		},
 	}, {
+		name: "read only, prepared inserts (binary protocol)",
+		steps: []step{
+			{q: "SET TRANSACTION READ ONLY"},
+			{q: "INSERT INTO invoices (customer, period, amount) VALUES (?, '2026-01', 1)", args: []any{"rp1"}},
+			{q: "INSERT INTO invoices (customer, period, amount) VALUES (?, '2026-01', 1)", args: []any{"rp2"}},
+			{q: "REPLACE INTO invoices (customer, period, amount) VALUES (?, '2026-01', 1)", args: []any{"rp3"}},
+			{q: "SELECT COUNT(*) FROM invoices", read: true},
+		},
+	}, {
+		name: "read only, inserts through PREPARE and EXECUTE",
+		steps: []step{
+			{q: "PREPARE ins FROM 'INSERT INTO invoices (customer, period, amount) VALUES (''rs'', ''2026-02'', 1)'"},
+			{q: "SET TRANSACTION READ ONLY"},
+			{q: "EXECUTE ins"},
+			{q: "EXECUTE ins"},
+			{q: "EXECUTE IMMEDIATE 'INSERT INTO invoices (customer, period, amount) VALUES (''ri'', ''2026-03'', 1)'", engines: []string{engMariaDB, engGalera}},
+			{q: "DEALLOCATE PREPARE ins"},
+			{q: "SELECT COUNT(*) FROM invoices", read: true},
+		},
+	}, {
 		name: "session read only",
 		steps: []step{
 			{q: "SET SESSION TRANSACTION READ ONLY"},
@@ -142,7 +164,7 @@ func TestOneShotTransactionCharacteristics(t *testing.T) {
 							out = append(out, fmt.Sprintf("%s -> %s %v", st.q, v, answerOf(err)))
 							continue
 						}
-						r, err := c.ExecContext(ctx, st.q)
+						r, err := c.ExecContext(ctx, st.q, st.args...)
 						n := int64(-1)
 						if err == nil {
 							n, _ = r.RowsAffected()
