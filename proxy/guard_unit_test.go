@@ -41,6 +41,7 @@ const (
 	sRollback = "ROLLBACK"  // the proxy's ROLLBACK (or the client's transaction's)
 	sUndo     = "UNDO"      // ROLLBACK TO SAVEPOINT
 	sDo0      = "DO0"       // DO 0
+	sReadOnly = "READONLY"  // SET TRANSACTION READ ONLY
 )
 
 // label names a statement of the proxy's own by what it is.
@@ -70,6 +71,8 @@ func label(sql string) string {
 		return sUndo
 	case sql == "DO 0":
 		return sDo0
+	case sql == "SET TRANSACTION READ ONLY":
+		return sReadOnly
 	}
 	return "?" + sql
 }
@@ -80,7 +83,8 @@ type fakeAnswer struct {
 	affected uint64
 	status   uint16
 	err      *backendError
-	write    bool // the client's write, relayed to the client
+	write    bool   // the client's write, relayed to the client
+	label    string // the statement's label
 }
 
 func beErr(code uint16) *backendError {
@@ -102,6 +106,7 @@ type fakeFence struct {
 	recheck     string   // the recheck's value
 	write       fakeAnswer
 	errs        map[string]*backendError // by label: that statement fails
+	statusAfter map[string]uint16        // by label: the status flags its answer carries
 	learnErr    error
 
 	pending []fakeAnswer
@@ -172,7 +177,9 @@ func (f *fakeFence) queue(sql string) error {
 		l = sClassify
 	}
 	f.sent = append(f.sent, l)
-	f.pending = append(f.pending, f.answer(l))
+	a := f.answer(l)
+	a.label = l
+	f.pending = append(f.pending, a)
 	return nil
 }
 func (f *fakeFence) flush() error { return nil }
@@ -188,6 +195,9 @@ func (f *fakeFence) read() ([][]wire.Value, error) {
 	a := f.pop()
 	if a.write {
 		panic("the proxy read the client's write's response as its own")
+	}
+	if st, ok := f.statusAfter[a.label]; ok && a.err == nil {
+		f.status = st
 	}
 	if a.err != nil {
 		return nil, a.err
@@ -651,5 +661,50 @@ func TestTrackerLeaseCheck(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestGuardedWriteKeepsReadOnly: when the proxy's START TRANSACTION for an
+// autocommit write says the transaction is READ ONLY (a one-shot SET
+// TRANSACTION READ ONLY, which the server keeps past a write it refuses
+// with 1792), the proxy sets READ ONLY again once its transaction has
+// ended, whatever the verdict; not on TiDB, and not when the transaction
+// is an ordinary one.
+func TestGuardedWriteKeepsReadOnly(t *testing.T) {
+	const ro = mysql.SERVER_STATUS_IN_TRANS_READONLY
+	for _, tc := range []struct {
+		name     string
+		srv      rewrite.Server
+		readOnly bool
+		guard    []string
+		want     []string
+	}{
+		{"mariadb, holds", unitEngines[0].srv, true, guardVerdicts[0].row, []string{sStart, sGuard, sWrite, sRecheck, sRollback, sReadOnly}},
+		{"mariadb, stale", unitEngines[0].srv, true, guardVerdicts[1].row, []string{sStart, sGuard, sRollback, sReadOnly}},
+		{"mariadb, read-write", unitEngines[0].srv, false, guardVerdicts[0].row, []string{sStart, sGuard, sWrite, sRecheck, sRollback}},
+		{"tidb, holds", unitEngines[2].srv, true, guardVerdicts[0].row, []string{sStart, sGuard, sWrite, sWarnings, sRecheck, sRollback}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := uint16(autocommit | inTrans)
+			if tc.readOnly {
+				start |= ro
+			}
+			f := &fakeFence{srv: tc.srv, guardRow: tc.guard, recheck: "1", varsRow: []string{"0", "job", "abcd", "7"},
+				write:       fakeAnswer{err: &backendError{wire.ErrInfo{Code: 1792, State: "25006", Msg: "Cannot execute statement in a READ ONLY transaction"}}},
+				statusAfter: map[string]uint16{sStart: start, sRollback: autocommit}}
+			f.status = autocommit
+			rt := unitRuntime(t, "zero_rows")
+			fg := f.fencing()
+			tr := newTracker(fg, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: unitFence}}, true)
+			if err := fg.guardedWrite(rt, unitFence, tr, f.sendWrite, func() error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.finish(); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(f.sent, tc.want) {
+				t.Errorf("backend got %v, want %v", f.sent, tc.want)
+			}
+		})
 	}
 }
