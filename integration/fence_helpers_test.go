@@ -37,14 +37,15 @@ type fencedEnv struct {
 }
 
 type envOptions struct {
-	onStale string           // zero_rows (default) | error
-	mode    string           // enforce (default) | shadow
-	extra   string           // more YAML (top level)
-	tables  []string         // more protected tables (unqualified, in the env's database), created by the test
-	audit   string           // more keys of the audit section, each line indented by two spaces
-	backend []string         // more backend keys ("user: x")
-	server  *dbserver.Server // default: the engine's (mariadb: dbtest.Shared)
-	engine  string           // engMariaDB (default), engGalera or engTiDB
+	onStale string            // zero_rows (default) | error
+	mode    string            // enforce (default) | shadow
+	extra   string            // more YAML (top level)
+	tables  []string          // more protected tables (unqualified, in the env's database), created by the test
+	leases  map[string]string // the lease: of some of tables (a fixed name or a template)
+	audit   string            // more keys of the audit section, each line indented by two spaces
+	backend []string          // more backend keys ("user: x")
+	server  *dbserver.Server  // default: the engine's (mariadb: dbtest.Shared)
+	engine  string            // engMariaDB (default), engGalera or engTiDB
 	// createdLater are more protected tables, declared created_later: true,
 	// that the test creates (or not) after the proxy started.
 	createdLater []string
@@ -91,6 +92,9 @@ func newFencedEnv(t testing.TB, o envOptions) *fencedEnv {
 		"tables:\n  - name: " + db + ".reconciliation_runs\n    lease: admin:reconciliation\n  - name: " + db + ".invoices\n"
 	for _, tb := range o.tables {
 		yml += "  - name: " + db + "." + tb + "\n"
+		if l := o.leases[tb]; l != "" {
+			yml += "    lease: \"" + l + "\"\n"
+		}
 	}
 	for _, tb := range o.createdLater {
 		yml += "  - name: " + db + "." + tb + "\n    created_later: true\n"

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +82,11 @@ type GuardSpec struct {
 	// Presented: the statement carries its own fence (a fence comment);
 	// nil = the session's fence variables.
 	Presented *Presented
+	// Row: the lease of the rows a write inserts into a table whose lease
+	// is a template over its columns; the guard finds the lease row only
+	// when the presented lease is this one (RowMismatch says which it
+	// was when it found none). Only with Lease "".
+	Row string
 }
 
 // Presented is a fence a statement carries itself (a sqlcommenter comment
@@ -183,6 +189,19 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 		}
 	}
 	r := ref(spec, nameLit)
+	where := "fence_l.lease_name = " + r.lease
+	if spec.Row != "" {
+		if spec.Lease != "" {
+			return Guard{}, errors.New("a row lease with a fixed lease")
+		}
+		if err := ValidateName(spec.Row); err != nil {
+			return Guard{}, err
+		}
+		// The row's lease as a literal of lease_name's own type: the
+		// lookup stays a primary-key lookup, and the two names compare
+		// under utf8mb4_bin as the lease table does.
+		where += " AND fence_l.lease_name = " + nameLit(spec.Row)
+	}
 	lock := " LOCK IN SHARE MODE"
 	if e == TiDB {
 		lock = " FOR UPDATE"
@@ -195,7 +214,7 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 	b.WriteString(", fence_l.leased_until > SYSDATE(3), fence_l.fence_token, ")
 	b.WriteString(r.presented())
 	b.WriteString(", UNIX_TIMESTAMP(fence_l.leased_until), TIMESTAMPDIFF(MICROSECOND, SYSDATE(3), fence_l.leased_until)")
-	b.WriteString(" FROM " + r.from + " WHERE fence_l.lease_name = " + r.lease)
+	b.WriteString(" FROM " + r.from + " WHERE " + where)
 	b.WriteString(lock)
 	g := Guard{
 		SQL:     b.String(),
@@ -205,7 +224,7 @@ func GuardFor(e Engine, spec GuardSpec) (Guard, error) {
 	if e == Galera {
 		g.Classify, g.Kind = g.SQL, GuardAffected
 		g.SQL = "UPDATE " + r.from + " SET fence_l." + WriteCounter + " = fence_l." + WriteCounter +
-			" + 1 WHERE fence_l.lease_name = " + r.lease + " AND " + r.ownerIs() + " AND fence_l.fence_token = " + r.token +
+			" + 1 WHERE " + where + " AND " + r.ownerIs() + " AND fence_l.fence_token = " + r.token +
 			" AND fence_l.leased_until > SYSDATE(3)"
 	}
 	return g, nil
@@ -251,7 +270,18 @@ const (
 	OwnerMismatch Reason = "owner_mismatch"
 	NoFence       Reason = "no_fence"
 	LeaseMissing  Reason = "lease_missing"
+	// RowLeaseMismatch: the rows a write would change belong to another
+	// lease than the session's (a table whose lease is a template).
+	RowLeaseMismatch Reason = "row_lease_mismatch"
 )
+
+// RowMismatch reports whether a guard with spec.Row that found no lease
+// row found none because the session presents another lease than the
+// rows' (presented: Verdict.Lease). Names compare as utf8mb4_bin does:
+// byte for byte, trailing spaces ignored.
+func RowMismatch(spec GuardSpec, presented string) bool {
+	return spec.Row != "" && strings.TrimRight(presented, " ") != strings.TrimRight(spec.Row, " ")
+}
 
 // Verdict is what a guard or the verdict query found.
 type Verdict struct {

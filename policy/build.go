@@ -33,8 +33,12 @@ func NewPolicy(version uint64, f Fencing, tables []Table) (*Policy, error) {
 	for i := range p.Tables {
 		t := &p.Tables[i]
 		if t.Lease != "" {
-			if reason := checkLease(t.Lease); reason != "" {
+			tpl, reason := checkLeaseValue(t.Lease)
+			if reason != "" {
 				errs = append(errs, fmt.Errorf("table %q: lease %s", t.Name, reason))
+			}
+			if t.Template == nil || t.Template.Text != t.Lease {
+				t.Template = tpl
 			}
 		}
 		if reason := t.check(f.LeaseTable); reason != "" {

@@ -189,7 +189,10 @@ const (
 // Table is one protected table.
 type Table struct {
 	Name  string `yaml:"name"`  // schema.table
-	Lease string `yaml:"lease"` // fixed lease name; "" = the session's @fence_lease
+	Lease string `yaml:"lease"` // fixed lease name, or a template over the table's columns ("invoice:{customer_id}"); "" = the session's @fence_lease
+
+	// Template is Lease parsed when it is a template (template.go), else nil.
+	Template *Template `yaml:"-"`
 
 	// CreatedLater declares a table that need not exist yet (a migration
 	// creates it after the proxy starts): the start-up and reload checks

@@ -318,8 +318,13 @@ func (c *Config) validateTables(d *decoder) {
 		path := fmt.Sprintf("tables[%d]", i)
 		t.Line = d.line(path)
 		if d.has(path + ".lease") {
-			if r := checkLease(t.Lease); r != "" {
+			tpl, r := checkLeaseValue(t.Lease)
+			if r != "" {
 				d.fail(path+".lease", r)
+			}
+			t.Template = tpl
+			if tpl != nil {
+				c.validateTemplate(d, path+".lease")
 			}
 		}
 		if !d.has(path + ".name") {

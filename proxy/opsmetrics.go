@@ -155,4 +155,4 @@ func (m *Metrics) initLeaseCalls() {
 }
 
 // staleReasons are the reasons a fenced write is rejected for.
-var staleReasons = []string{audit.StaleToken, audit.Expired, audit.OwnerMismatch, audit.NoFence, audit.LeaseMissing, audit.Conflict}
+var staleReasons = []string{audit.StaleToken, audit.Expired, audit.OwnerMismatch, audit.NoFence, audit.LeaseMissing, audit.Conflict, audit.RowLeaseMismatch}

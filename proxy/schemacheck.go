@@ -149,7 +149,19 @@ func CheckSchema(ctx context.Context, db *sql.DB, cfg *policy.Config) (*SchemaCh
 				t.Name, invisible, hint)))
 		}
 		if f.exact == nil {
+			if t.Template != nil && t.CreatedLater {
+				r.Errors = append(r.Errors, cfg.ErrorAt(fmt.Sprintf("tables[%d].lease", i), fmt.Sprintf(
+					"%s has a lease template and does not exist yet: the template's columns are checked at start, "+
+						"so create the table before the proxy starts (or use a fixed lease until then)", t.Name)))
+			}
 			continue // the lease table is looked for once the table is right
+		}
+		if t.Template != nil {
+			errs, err := checkTemplate(ctx, db, cfg, i, f.exact)
+			if err != nil {
+				return nil, err
+			}
+			r.Errors = append(r.Errors, errs...)
 		}
 		// The lease table of this table's schema, once per schema.
 		ls, ln := lease.TableFor(cfg.Fencing.LeaseTable, t.Schema)

@@ -37,6 +37,8 @@ func (v verdict) message() string {
 		audit.OwnerMismatch: "this session's owner token does not hold the lease",
 		audit.NoFence:       "this session has no fence context: call fence_acquire or set the fence variables",
 		audit.LeaseMissing:  "the lease does not exist",
+		audit.RowLeaseMismatch: "the rows belong to another lease (the table's lease is a template over its columns: " +
+			"write each row under its own lease)",
 	}[v.reason]
 	return fmt.Sprintf("fenceproxy: stale write to %s rejected under lease '%s': %s", v.table, v.lease, why)
 }
@@ -99,7 +101,7 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 // the session's fence variables.
 func leaseSpec(pol *policy.Policy, f *rewrite.Fence, tg rewrite.Target) lease.GuardSpec {
 	schema, table := pol.LeaseTableFor(tg.Schema)
-	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol), Presented: f.Presented}
+	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol), Presented: f.Presented, Row: tg.RowLease}
 }
 
 // verdictOf is the proxy's verdict for target tg from what the lease
@@ -110,6 +112,9 @@ func verdictOf(lv lease.Verdict, tg rewrite.Target) verdict {
 		remaining: lv.Remaining, remainingKnown: lv.RemainingKnown}
 	if tg.Lease == "" {
 		v.lease = lv.Lease
+	}
+	if lv.Reason == lease.LeaseMissing && tg.RowLease != "" && lease.RowMismatch(lease.GuardSpec{Row: tg.RowLease}, lv.Lease) {
+		v.reason = audit.RowLeaseMismatch
 	}
 	return v
 }

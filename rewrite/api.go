@@ -11,6 +11,7 @@ package rewrite
 import (
 	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
 )
 
 // Flavor is the server family, learned from the handshake's version
@@ -256,6 +257,13 @@ type Target struct {
 	Schema string
 	Table  string
 	Lease  string // the table's fixed lease; "" = the session's lease variable
+
+	// Template: the table's lease is a template over its columns
+	// (rowlease.go); Lease is then "" (the session names the lease).
+	Template *policy.Template
+	// RowLease (INSERT, REPLACE into a Template table): the lease of the
+	// rows written, which the session's lease must be.
+	RowLease string
 }
 
 // Refusal says why a statement was not sent and what to do instead.

@@ -87,6 +87,11 @@ func (in *stmtIn) derivedTargets(ts []Target, r *tref, ops catalog.Op) ([]Target
 		return nil, &res
 	}
 	for _, t := range f.For(ops) {
+		if e.templateOf(t.Schema, t.Table) != nil {
+			res := in.refuse(t.Schema+"."+t.Table, rowLeaseNote+"; this statement writes it through "+r.schema+"."+r.name+
+				" (a view, trigger or cascading foreign key), where fenceproxy cannot check each row's lease; write the table itself")
+			return nil, &res
+		}
 		ts = addTarget(ts, Target{Schema: t.Schema, Table: t.Table, Lease: t.Lease})
 	}
 	return ts, nil

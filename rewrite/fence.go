@@ -101,6 +101,9 @@ func safeLease(s string) bool {
 
 // target builds the Target of a protected table.
 func target(t *policy.Table) Target {
+	if t.Template != nil {
+		return Target{Schema: t.Schema, Table: t.Table, Template: t.Template}
+	}
 	return Target{Schema: t.Schema, Table: t.Table, Lease: t.Lease}
 }
 

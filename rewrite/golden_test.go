@@ -230,6 +230,9 @@ func renderStmt(s *Stmt, span bool) string {
 			if t.Lease != "" {
 				b.WriteString("('" + t.Lease + "')")
 			}
+			if t.RowLease != "" {
+				b.WriteString("(row " + strconv.Quote(t.RowLease) + ")")
+			}
 		}
 		b.WriteString(" digest=" + strconv.Quote(s.Fence.Digest))
 		if s.Fence.Guard {

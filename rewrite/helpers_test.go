@@ -14,9 +14,32 @@ func testPolicy(t testing.TB) *policy.Policy {
 		{Name: "app.invoices"},
 		{Name: "app.reconciliation_runs", Lease: "admin:reconciliation"},
 		{Name: "billing.ledger"},
+		{Name: "app.invoice_rows", Lease: "invoice:{customer_id}"},
+		{Name: "app.order_rows", Lease: "order:{region}/{cust_no}"},
+		{Name: "app.loose_rows", Lease: "loose:{customer_id}"},
+		{Name: "app.unchecked_rows", Lease: "unchecked:{customer_id}"},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// What the start-up check would find (proxy.CheckSchema): invoice_rows
+	// and order_rows have unique keys holding their template columns with
+	// a binary collation; loose_rows does not; unchecked_rows was never
+	// checked.
+	for i := range p.Tables {
+		tb := &p.Tables[i]
+		switch tb.Table {
+		case "invoice_rows":
+			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Columns: []policy.TemplateColumn{
+				{Name: "customer_id", Kind: policy.KindString, Length: 16}}})
+		case "order_rows":
+			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Columns: []policy.TemplateColumn{
+				{Name: "region", Kind: policy.KindString, Length: 4, Padded: true},
+				{Name: "cust_no", Kind: policy.KindInteger, Unsigned: true, UMax: 65535}}})
+		case "loose_rows":
+			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: false, Columns: []policy.TemplateColumn{
+				{Name: "customer_id", Kind: policy.KindString, Length: 16}}})
+		}
 	}
 	return p
 }

@@ -509,6 +509,13 @@ func (in *stmtIn) writeIgnoresValues(n ast.StmtNode, res *stmtRes) bool {
 	if !in.literalsAreValues(n) {
 		return false
 	}
+	if f := res.stmt.Fence; f != nil {
+		for _, t := range f.Targets {
+			if t.Template != nil {
+				return false // an inserted row's lease is read from its values
+			}
+		}
+	}
 	return res.stmt.Fence == nil || in.digestIgnoresLiterals(res.stmt.Fence.Digest)
 }
 

@@ -75,6 +75,19 @@ func (e *Engine) canonicalText(k fenceKey, mode lexMode) (string, bool) {
 	return restore(sel.Where)
 }
 
+// canonicalCond is the restored text of a condition the rewriter adds.
+func canonicalCond(cond string, mode lexMode) (string, bool) {
+	n, err := parseOne("SELECT 1 FROM DUAL WHERE "+cond, lexMode{server: mode.server})
+	if err != nil {
+		return "", false
+	}
+	sel, ok := n.(*ast.SelectStmt)
+	if !ok || sel.Where == nil {
+		return "", false
+	}
+	return restore(sel.Where)
+}
+
 func restore(n ast.Node) (string, bool) {
 	var sb strings.Builder
 	if err := n.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &sb)); err != nil {
@@ -85,7 +98,7 @@ func restore(n ast.Node) (string, bool) {
 
 // verify re-reads the statement with the edits applied; it returns "" if
 // the result is exactly the original plus the fence.
-func (in *stmtIn) verify(orig ast.StmtNode, explained bool, edits []edit, targets []Target) string {
+func (in *stmtIn) verify(orig ast.StmtNode, explained bool, edits []edit, targets []Target, fenced bool, rowConds []string) string {
 	e := in.pc.e
 	// The rewritten statement alone, in its own coordinates.
 	local := make([]edit, len(edits))
@@ -125,10 +138,18 @@ func (in *stmtIn) verify(orig ast.StmtNode, explained bool, edits []edit, target
 	} else if ok {
 		n = y.Stmt
 	}
-	keys := in.fenceKeys(targets)
 	var fences []string
-	for _, k := range keys {
-		f, ok := e.canonical(k, in.st.mode)
+	if fenced {
+		for _, k := range in.fenceKeys(targets) {
+			f, ok := e.canonical(k, in.st.mode)
+			if !ok {
+				return verifyFailed
+			}
+			fences = append(fences, f)
+		}
+	}
+	for _, c := range rowConds {
+		f, ok := canonicalCond(c, in.st.mode)
 		if !ok {
 			return verifyFailed
 		}

@@ -51,6 +51,10 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement has non-ASCII bytes outside quotes; "+
 			"fenceproxy fences only statements whose unquoted names are ASCII (quote such names with backquotes)")
 	}
+	rowConds, rr := in.rowLease(n, targets)
+	if rr != nil {
+		return *rr
+	}
 	fc := &Fence{Targets: targets, Digest: in.digest(), Presented: in.presented}
 	var edits []edit
 	_, isInsert := n.(*ast.InsertStmt)
@@ -83,9 +87,14 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		// changes the lease row is ordered against a takeover on another
 		// node (integration/galera_race_test.go).
 		fc.Guard = true
-	} else {
-		keys := in.fenceKeys(targets)
-		fence := e.fenceSQL(keys, in.st.mode.server.Flavor)
+	}
+	if !fc.Guard || len(rowConds) > 0 {
+		var conds []string
+		if !fc.Guard {
+			conds = append(conds, e.fenceSQL(in.fenceKeys(targets), in.st.mode.server.Flavor))
+		}
+		conds = append(conds, rowConds...)
+		fence := strings.Join(conds, " AND ")
 		var why string
 		switch x := n.(type) {
 		case *ast.UpdateStmt:
@@ -96,7 +105,7 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		if why != "" {
 			return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
 		}
-		if why := in.verify(n, explain != nil, edits, targets); why != "" {
+		if why := in.verify(n, explain != nil, edits, targets, !fc.Guard, rowConds); why != "" {
 			return in.refuse(targets[0].Schema+"."+targets[0].Table, why)
 		}
 	}

@@ -35,6 +35,9 @@ const (
 	// DatabaseGuard: a guard trigger (fencing.database_guard: triggers)
 	// refused the write inside the database; the client got its error.
 	DatabaseGuard = "database_guard"
+	// RowLeaseMismatch: a write to a table whose lease is a template over
+	// its columns would change rows of another lease than the session's.
+	RowLeaseMismatch = "row_lease_mismatch"
 )
 
 // Record is one audit record. The first fields are the contract of

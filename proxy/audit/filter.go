@@ -11,7 +11,7 @@ import (
 
 // Reasons lists every reason, in the contract's order, then those added
 // since: a filter must be able to select every record the proxy writes.
-var Reasons = []string{StaleToken, Expired, OwnerMismatch, NoFence, LeaseMissing, Refused, Conflict}
+var Reasons = []string{StaleToken, Expired, OwnerMismatch, NoFence, LeaseMissing, Refused, Conflict, RowLeaseMismatch}
 
 // Filter selects audit records; zero fields select everything. The admin
 // endpoint's /audit and `fenceproxy audit` take the same filters.

@@ -1,0 +1,367 @@
+package rewrite
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/opcode"
+	"github.com/pingcap/tidb/pkg/parser/test_driver"
+)
+
+// Row-bound leases: a protected table whose lease is a template over its
+// own columns ("invoice:{customer_id}", policy.Template) is fenced per row.
+// The session's fence (the lease it names, its owner, token and expiry) is
+// checked as for any table that takes its lease from the session; on top
+// of that each row written must belong to that lease:
+//
+//   - UPDATE and DELETE carry rowLeaseCond in their WHERE, next to the
+//     fence (or alone where the engine's fence is a guard): a row whose
+//     lease, CONCAT of the template's literal text and the row's columns,
+//     is not the session's lease is not changed. The WHERE reads the row
+//     before the change; an UPDATE that assigns a template column (which
+//     would move the row to another lease) is refused, so the row after
+//     the change has the same lease.
+//   - INSERT and REPLACE: the proxy computes each inserted row's lease from
+//     its literal values, exactly as the server stores them (the column
+//     types come from the start-up check), and the guard checks that the
+//     session's lease is that one (Target.RowLease). Values it cannot
+//     compute are refused.
+
+// rowLeaseRefusal is the start of every refusal of this file.
+const rowLeaseNote = "this table's lease is a template over its columns, so each row is fenced under its own lease"
+
+// fenceLeaseSQL names, in SQL, the lease the statement is fenced under:
+// its own fence comment's (a literal of lease_name's type), else the
+// session's lease variable.
+func (in *stmtIn) fenceLeaseSQL() (string, bool) {
+	if p := in.presented; p != nil {
+		lit, err := lease.NameLiteral(p.Lease)
+		return lit, err == nil
+	}
+	return userVarSQL(in.pc.e.pol.Vars.Lease), true
+}
+
+// userVarSQL writes @name, backquoted unless it is a plain name.
+func userVarSQL(name string) string {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return "@`" + strings.ReplaceAll(name, "`", "``") + "`"
+		}
+	}
+	return "@" + name
+}
+
+// rowLeaseCond is the per-row condition of a template table written by a
+// single-table UPDATE or DELETE (its columns unqualified: they can only be
+// the written table's at the top of its WHERE):
+//
+//	CONVERT(CONCAT('invoice:', `customer_id`) USING utf8mb4) COLLATE utf8mb4_bin = @fence_lease
+//
+// utf8mb4_bin is the lease table's lease_name collation: the row's lease
+// is the session's exactly when both name the same lease row. A NULL
+// column makes the lease NULL: the row is in no lease, and never written.
+func rowLeaseCond(tpl *policy.Template, leaseSQL string) string {
+	var b strings.Builder
+	b.WriteString("CONVERT(CONCAT(")
+	for i, p := range tpl.Parts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if p.Column != "" {
+			b.WriteString(quoteIdent(p.Column))
+		} else {
+			b.WriteString("'" + p.Lit + "'")
+		}
+	}
+	b.WriteString(") USING utf8mb4) COLLATE utf8mb4_bin = ")
+	b.WriteString(leaseSQL)
+	return b.String()
+}
+
+// templateOf returns the template of a protected table, or nil.
+func (e *Engine) templateOf(schema, table string) *policy.Template {
+	if t := e.lookup(schema, table); t != nil {
+		return t.Template
+	}
+	return nil
+}
+
+// rowLease checks a write to template tables and returns the per-row
+// conditions to add to an UPDATE's or DELETE's WHERE; for an INSERT or
+// REPLACE it sets each template target's RowLease. A refusal says what the
+// proxy cannot fence per row.
+func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target) ([]string, *stmtRes) {
+	var tpls []int
+	for i, t := range targets {
+		if t.Template != nil {
+			tpls = append(tpls, i)
+		}
+	}
+	if len(tpls) == 0 {
+		return nil, nil
+	}
+	first := targets[tpls[0]]
+	name := first.Schema + "." + first.Table
+	refuse := func(why string) ([]string, *stmtRes) {
+		r := in.refuse(name, rowLeaseNote+"; "+why)
+		return nil, &r
+	}
+	if len(targets) > 1 {
+		return refuse("this statement writes it together with other protected tables; write it in a statement of its own")
+	}
+	tpl := first.Template
+	leaseSQL, ok := in.fenceLeaseSQL()
+	if !ok {
+		return refuse("the statement's fence comment names a lease fenceproxy cannot write into SQL")
+	}
+	switch x := n.(type) {
+	case *ast.UpdateStmt:
+		if x.TableRefs == nil || x.TableRefs.TableRefs == nil || x.MultipleTable ||
+			len(in.collectRefs(x.TableRefs.TableRefs, cteNames(x.With), nil)) != 1 {
+			return refuse("fenceproxy fences it per row in single-table UPDATEs only; write it with UPDATE " + first.Table + " SET ... WHERE ...")
+		}
+		if !in.directRef(x.TableRefs.TableRefs, first) {
+			return refuse("this UPDATE writes it through a view, trigger or foreign key; write the table itself")
+		}
+		for _, a := range x.List {
+			if a.Column != nil && tpl.HasColumn(a.Column.Name.O) {
+				return refuse("this UPDATE sets " + a.Column.Name.O + ", a column of the lease template, and would move rows to " +
+					"another lease; move a row by deleting it under its lease and inserting it under the new one")
+			}
+		}
+		return []string{rowLeaseCond(tpl, leaseSQL)}, nil
+	case *ast.DeleteStmt:
+		if x.TableRefs == nil || x.TableRefs.TableRefs == nil || x.IsMultiTable ||
+			len(in.collectRefs(x.TableRefs.TableRefs, cteNames(x.With), nil)) != 1 {
+			return refuse("fenceproxy fences it per row in single-table DELETEs only; write it with DELETE FROM " + first.Table + " WHERE ...")
+		}
+		if !in.directRef(x.TableRefs.TableRefs, first) {
+			return refuse("this DELETE writes it through a view, trigger or foreign key; write the table itself")
+		}
+		return []string{rowLeaseCond(tpl, leaseSQL)}, nil
+	case *ast.InsertStmt:
+		if x.Table == nil || x.Table.TableRefs == nil || !in.directRef(x.Table.TableRefs, first) {
+			return refuse("this statement writes it through a view, trigger or foreign key; write the table itself")
+		}
+		lease, why := in.insertRowLease(x, tpl)
+		if why != "" {
+			return refuse(why)
+		}
+		targets[tpls[0]].RowLease = lease
+		return nil, nil
+	}
+	return refuse("fenceproxy cannot fence this kind of write per row")
+}
+
+// directRef reports whether the table list names t itself (not a view or
+// another table whose triggers or foreign keys reach it).
+func (in *stmtIn) directRef(n ast.ResultSetNode, t Target) bool {
+	refs := in.collectRefs(n, nil, nil)
+	for i := range refs {
+		if p := refs[i].prot; p != nil && !refs[i].cte && strings.EqualFold(p.Schema, t.Schema) && strings.EqualFold(p.Table, t.Table) {
+			return true
+		}
+	}
+	return false
+}
+
+// insertRowLease computes the lease of every row an INSERT or REPLACE
+// writes; all must be one lease (the statement is fenced under one).
+func (in *stmtIn) insertRowLease(x *ast.InsertStmt, tpl *policy.Template) (string, string) {
+	sch := tpl.Schema()
+	if sch == nil {
+		return "", "its columns were not checked against the backend (the proxy's start-up check with backend.user reads their types), " +
+			"so fenceproxy cannot compute the lease of inserted rows"
+	}
+	verb := "INSERT"
+	if x.IsReplace {
+		verb = "REPLACE"
+		if !sch.KeysCovered {
+			return "", "REPLACE deletes the rows whose unique key the new row repeats, and a unique key of this table does not hold " +
+				"every template column compared byte for byte (binary collation), so it may delete a row of another lease; " +
+				"use DELETE and INSERT, each under its lease"
+		}
+	}
+	if len(x.OnDuplicate) > 0 {
+		if !sch.KeysCovered {
+			return "", "ON DUPLICATE KEY UPDATE changes the row whose unique key the new row repeats, and a unique key of this table " +
+				"does not hold every template column compared byte for byte (binary collation), so it may change a row of another " +
+				"lease; use INSERT, or UPDATE ... WHERE, each fenced per row"
+		}
+		for _, a := range x.OnDuplicate {
+			if a.Column != nil && tpl.HasColumn(a.Column.Name.O) {
+				return "", "ON DUPLICATE KEY UPDATE sets " + a.Column.Name.O + ", a column of the lease template, and would move " +
+					"the row to another lease; move a row by deleting it under its lease and inserting it under the new one"
+			}
+		}
+	}
+	if x.Select != nil {
+		return "", verb + " ... SELECT (or TABLE) takes its values from a query the proxy cannot compute; insert " +
+			"literal values (VALUES or SET), so that the proxy computes each row's lease"
+	}
+	// The columns and the rows of values.
+	var cols []string
+	var rows [][]ast.ExprNode
+	// INSERT ... SET c = v reads as one row of Columns and Lists.
+	if len(x.Columns) == 0 {
+		return "", verb + " without a column list: name the columns (" + verb + " INTO t (col, ...) VALUES ...), so that the " +
+			"proxy knows which values are the template's columns"
+	}
+	for _, c := range x.Columns {
+		cols = append(cols, c.Name.O)
+	}
+	rows = x.Lists
+	if len(rows) == 0 {
+		return "", verb + " of no row values"
+	}
+	lease := ""
+	for ri, row := range rows {
+		var b strings.Builder
+		for _, p := range tpl.Parts {
+			if p.Column == "" {
+				b.WriteString(p.Lit)
+				continue
+			}
+			idx := -1
+			for j, c := range cols {
+				if strings.EqualFold(c, p.Column) {
+					if idx >= 0 {
+						return "", "the column " + p.Column + " is given twice"
+					}
+					idx = j
+				}
+			}
+			if idx < 0 {
+				return "", "the column " + p.Column + " of the lease template is not given, so it takes its default; " +
+					"give its value in the statement, so that the proxy computes the row's lease"
+			}
+			if idx >= len(row) {
+				return "", "a row has fewer values than columns"
+			}
+			col, ok := sch.Column(p.Column)
+			if !ok {
+				return "", "the column " + p.Column + " was not checked against the backend"
+			}
+			v, why := templateValue(row[idx], col)
+			if why != "" {
+				return "", "the value of " + p.Column + " " + why
+			}
+			b.WriteString(v)
+		}
+		l := strings.TrimRight(b.String(), " ") // utf8mb4_bin ignores trailing spaces
+		if len(l) > 191 {
+			return "", "a row's lease would be longer than a lease name may be (191 bytes)"
+		}
+		if ri > 0 && l != lease {
+			return "", "this " + verb + " writes rows of several leases; one statement is fenced under one lease, so insert " +
+				"the rows of each lease in a statement of their own"
+		}
+		lease = l
+	}
+	return lease, ""
+}
+
+// templateValue reads an inserted value of a template column as the
+// server stores it, as CONCAT would write it; why says what the proxy
+// cannot compute.
+func templateValue(x ast.ExprNode, col policy.TemplateColumn) (string, string) {
+	neg := false
+	if u, ok := x.(*ast.UnaryOperationExpr); ok && u.Op == opcode.Minus {
+		neg, x = true, u.V
+	}
+	switch v := x.(type) {
+	case *test_driver.ParamMarkerExpr:
+		return "", "is a placeholder: fenceproxy computes a row's lease from literal values only (it does not read the " +
+			"values bound at execution); write the value as a literal"
+	case *ast.DefaultExpr:
+		return "", "is DEFAULT; give the value itself"
+	case *test_driver.ValueExpr:
+		var s string
+		switch v.Kind() {
+		case test_driver.KindInt64:
+			s = strconv.FormatInt(v.GetInt64(), 10)
+		case test_driver.KindUint64:
+			s = strconv.FormatUint(v.GetUint64(), 10)
+		case test_driver.KindString:
+			s = v.GetString()
+		case test_driver.KindNull:
+			return "", "is NULL: the row would be in no lease"
+		default:
+			return "", "is not a plain string or integer literal"
+		}
+		if neg {
+			if v.Kind() == test_driver.KindString {
+				return "", "is an expression (-'...')"
+			}
+			if s == "0" {
+				return "", "is -0"
+			}
+			s = "-" + s
+		}
+		return storedAs(s, v.Kind() == test_driver.KindString, col)
+	}
+	return "", "is an expression: fenceproxy computes a row's lease from literal values only; write the value as a literal"
+}
+
+// storedAs returns literal s as the column stores it, when the proxy can
+// tell exactly.
+func storedAs(s string, quoted bool, col policy.TemplateColumn) (string, string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return "", "is not printable ASCII (a lease name computed from it would depend on the character sets)"
+		}
+	}
+	switch col.Kind {
+	case policy.KindInteger:
+		// The canonical decimal form only: '007', '7abc', ' 7' or 1e3
+		// would be stored as another number than they read.
+		if !canonicalInt(s) {
+			return "", "is not an integer written in its plain decimal form"
+		}
+		if col.Unsigned {
+			u, err := strconv.ParseUint(s, 10, 64)
+			if err != nil || u > col.UMax {
+				return "", "is out of the column's range"
+			}
+		} else {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < col.Min || n > col.Max {
+				return "", "is out of the column's range"
+			}
+		}
+		return s, ""
+	case policy.KindString:
+		if int64(len(s)) > col.Length {
+			return "", "is longer than the column (it would be cut or refused)"
+		}
+		if col.Padded {
+			s = strings.TrimRight(s, " ")
+		}
+		_ = quoted
+		return s, ""
+	}
+	return "", "has a type fenceproxy cannot compute"
+}
+
+// canonicalInt: -?(0|[1-9][0-9]*).
+func canonicalInt(s string) bool {
+	if strings.HasPrefix(s, "-") {
+		s = s[1:]
+		if s == "0" {
+			return false
+		}
+	}
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
