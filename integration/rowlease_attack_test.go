@@ -22,30 +22,30 @@ var rowLeaseAttacks = []struct {
 	refused bool     // the last statement is refused; else 0 rows
 	skipOn  []string // engines without the syntax
 }{
-	{"update by customer", []string{"UPDATE invoice_rows SET amount = 0 WHERE customer_id = 'beta'"}, false, nil},
-	{"update by key", []string{"UPDATE invoice_rows SET amount = 0 WHERE id = 3"}, false, nil},
-	{"update other case", []string{"UPDATE invoice_rows SET amount = 0 WHERE customer_id = 'ACME'"}, false, nil},
-	{"update hex customer", []string{"UPDATE invoice_rows SET amount = 0 WHERE customer_id = X'62657461'"}, false, nil},
-	{"update OR true", []string{"UPDATE invoice_rows SET amount = 0 WHERE id = 3 OR 1 = 1 AND customer_id <> 'acme'"}, false, nil},
-	{"update trailing comment", []string{"UPDATE invoice_rows SET amount = 0 WHERE id = 3 -- the fence goes before me"}, false, nil},
-	{"update hash comment", []string{"UPDATE invoice_rows SET amount = 0 WHERE id = 4 # and me"}, false, nil},
-	{"update ignore low_priority limit", []string{"UPDATE LOW_PRIORITY IGNORE invoice_rows SET amount = 0 WHERE customer_id = 'beta' ORDER BY id LIMIT 1"}, false, nil},
+	{"update by customer", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta'"}, false, nil},
+	{"update by key", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil},
+	{"update other case", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'ACME'"}, false, nil},
+	{"update hex customer", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = X'62657461'"}, false, nil},
+	{"update OR true", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3 OR 1 = 1 AND customer_id <> 'acme'"}, false, nil},
+	{"update trailing comment", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3 -- the fence goes before me"}, false, nil},
+	{"update hash comment", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 4 # and me"}, false, nil},
+	{"update ignore low_priority limit", []string{"UPDATE LOW_PRIORITY IGNORE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta' ORDER BY id LIMIT 1"}, false, nil},
 	{"delete by customer", []string{"DELETE FROM invoice_rows WHERE customer_id <> 'acme'"}, false, nil},
 	{"delete returning", []string{"DELETE FROM invoice_rows WHERE id = 3 RETURNING id"}, false, []string{engTiDB}},
-	{"analyze update", []string{"ANALYZE UPDATE invoice_rows SET amount = 0 WHERE customer_id = 'beta'"}, false, []string{engTiDB}},
-	{"update in transaction", []string{"START TRANSACTION", "UPDATE invoice_rows SET amount = 0 WHERE id = 4"}, false, nil},
-	{"sql prepare", []string{"PREPARE s FROM 'UPDATE invoice_rows SET amount = 0 WHERE customer_id = ''beta'''", "EXECUTE s"}, false, nil},
-	{"session lease set to beta", []string{"SET @fence_lease = 'invoice:beta'", "UPDATE invoice_rows SET amount = 0 WHERE id = 3"}, false, nil},
-	{"session lease beta with a trailing space", []string{"SET @fence_lease = 'invoice:beta '", "UPDATE invoice_rows SET amount = 0 WHERE id = 3"}, false, nil},
-	{"fence variable assigned inside", []string{"UPDATE invoice_rows SET amount = 0 WHERE (@fence_lease := 'invoice:beta') IS NOT NULL AND id = 3"}, true, nil},
+	{"analyze update", []string{"ANALYZE UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta'"}, false, []string{engTiDB}},
+	{"update in transaction", []string{"START TRANSACTION", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 4"}, false, nil},
+	{"sql prepare", []string{"PREPARE s FROM 'UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = ''beta'''", "EXECUTE s"}, false, nil},
+	{"session lease set to beta", []string{"SET @fence_lease = 'invoice:beta'", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil},
+	{"session lease beta with a trailing space", []string{"SET @fence_lease = 'invoice:beta '", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil},
+	{"fence variable assigned inside", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE (@fence_lease := 'invoice:beta') IS NOT NULL AND id = 3"}, true, nil},
 	{"move a row to beta", []string{"UPDATE invoice_rows SET customer_id = 'beta' WHERE id = 1"}, true, nil},
 	{"move beta's row to acme", []string{"UPDATE invoice_rows SET customer_id = 'acme' WHERE id = 3"}, true, nil},
 	{"move by qualified column", []string{"UPDATE invoice_rows SET invoice_rows.customer_id = 'acme' WHERE id = 3"}, true, nil},
-	{"update through a view", []string{"UPDATE v_invoice_rows SET amount = 0 WHERE id = 3"}, true, nil},
-	{"multi-table update", []string{"UPDATE invoice_rows i JOIN invoice_rows j ON j.id = i.id SET i.amount = 0 WHERE i.id = 3"}, true, nil},
+	{"update through a view", []string{"UPDATE v_invoice_rows SET amount = amount + 1 WHERE id = 3"}, true, nil},
+	{"multi-table update", []string{"UPDATE invoice_rows i JOIN invoice_rows j ON j.id = i.id SET i.amount = i.amount + 1 WHERE i.id = 3"}, true, nil},
 	{"insert beta row", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'beta', 0)"}, false, nil},
 	{"insert ACME row", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'ACME', 0)"}, false, nil},
-	{"odku on beta's key", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (3, 'beta', 0) ON DUPLICATE KEY UPDATE amount = 0"}, false, nil},
+	{"odku on beta's key", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (3, 'beta', 0) ON DUPLICATE KEY UPDATE amount = amount + 1"}, false, nil},
 	{"odku moving acme's row to beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 0) ON DUPLICATE KEY UPDATE customer_id = 'beta'"}, true, nil},
 	{"replace beta's row", []string{"REPLACE INTO invoice_rows (id, customer_id, amount) VALUES (4, 'beta', 0)"}, false, nil},
 	{"insert select from beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) SELECT id + 10, customer_id, 0 FROM invoice_rows WHERE customer_id = 'beta'"}, true, nil},
@@ -61,7 +61,6 @@ func TestRowLeaseAttacks(t *testing.T) {
 			t.Skip("the account deployment runs them (rowLeaseEnv gives every env the proxy's account)")
 		}
 		e := rowLeaseEnv(t, eng, "")
-		mustExec(t, e.root, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (5, 'ACME', 50)")
 		mustExec(t, e.root, "CREATE VIEW v_invoice_rows AS SELECT * FROM invoice_rows")
 		checkTemplates(t, e)
 		e.acquire(t, "invoice:beta", time.Minute)
@@ -71,11 +70,16 @@ func TestRowLeaseAttacks(t *testing.T) {
 			return queryString(t, e.root, "SELECT GROUP_CONCAT(CONCAT(id, ':', customer_id, ':', amount) ORDER BY id) FROM invoice_rows WHERE customer_id <> 'acme'") +
 				" / " + queryString(t, e.root, "SELECT GROUP_CONCAT(CONCAT(id, ':', customer_id, ':', amount) ORDER BY id) FROM loose_rows")
 		}
-		before := others()
 		ran := 0
 		for _, a := range rowLeaseAttacks {
 			t.Run(a.name, func(t *testing.T) {
 				notOn(t, eng, "syntax", a.skipOn...)
+				// Every attack starts from the same rows.
+				mustExec(t, e.root, "DELETE FROM invoice_rows WHERE customer_id <> 'acme' OR id > 2")
+				mustExec(t, e.root, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (3, 'beta', 30), (4, 'beta', 40), (5, 'ACME', 50)")
+				mustExec(t, e.root, "DELETE FROM loose_rows WHERE id <> 1")
+				mustExec(t, e.root, "INSERT INTO loose_rows (id, customer_id, amount) VALUES (3, 'beta', 30)")
+				before := others()
 				c := e.session(t)
 				setFence(t, c, acme)
 				for i, q := range a.stmts {
