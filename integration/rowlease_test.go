@@ -196,8 +196,10 @@ func TestRowLeaseWrongLease(t *testing.T) {
 		if got := e.invoiceRows(t); got != seeded {
 			t.Fatalf("beta's rows changed under acme's fence: %s", got)
 		}
-		if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 6 {
-			t.Fatalf("%d row_lease_mismatch records, want 6 (one per INSERT/REPLACE)", n)
+		// One per INSERT/REPLACE, and the UPDATE whose WHERE names beta's
+		// customer; the DELETE of row 4 by its id alone is not audited.
+		if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 7 {
+			t.Fatalf("%d row_lease_mismatch records, want 7", n)
 		}
 		for _, r := range e.auditRecords(t) {
 			if r.Reason == audit.RowLeaseMismatch && (r.Lease != "invoice:acme" || r.Table != e.db+".invoice_rows") {
@@ -220,8 +222,18 @@ func TestRowLeaseOnStaleError(t *testing.T) {
 		if !errors.As(err, &me) || me.Number != 1644 || !strings.Contains(me.Message, "another lease") {
 			t.Fatalf("INSERT of beta's row under acme: %v, want ERR 1644 saying the rows belong to another lease", err)
 		}
+		for _, q := range []string{
+			"UPDATE invoice_rows SET amount = 0 WHERE customer_id = 'beta' AND id = 3",
+			"DELETE FROM invoice_rows WHERE customer_id = 'beta'",
+		} {
+			_, err = c.ExecContext(context.Background(), q)
+			if !errors.As(err, &me) || me.Number != 1644 || !strings.Contains(me.Message, "another lease") {
+				t.Fatalf("%s under acme: %v, want ERR 1644 saying the rows belong to another lease", q, err)
+			}
+		}
 		mustAffect(t, c, 1, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (5, 'acme', 50)")
-		if got, want := e.invoiceRows(t), "1:acme:10 2:acme:20 3:beta:30 4:beta:40 5:acme:50"; got != want {
+		mustAffect(t, c, 1, "UPDATE invoice_rows SET amount = 51 WHERE customer_id = 'acme' AND id = 5")
+		if got, want := e.invoiceRows(t), "1:acme:10 2:acme:20 3:beta:30 4:beta:40 5:acme:51"; got != want {
 			t.Fatalf("rows: %s, want %s", got, want)
 		}
 	})
@@ -261,8 +273,8 @@ func TestRowLeaseLostAndTookAnother(t *testing.T) {
 			t.Fatalf("rows: %s, want %s", got, want)
 		}
 		recs := e.auditRecords(t)
-		if countReason(recs, audit.StaleToken) == 0 || countReason(recs, audit.RowLeaseMismatch) != 3 {
-			t.Fatalf("audit: %d stale_token, %d row_lease_mismatch records; want some and 3", countReason(recs, audit.StaleToken),
+		if countReason(recs, audit.StaleToken) == 0 || countReason(recs, audit.RowLeaseMismatch) != 4 {
+			t.Fatalf("audit: %d stale_token, %d row_lease_mismatch records; want some and 4", countReason(recs, audit.StaleToken),
 				countReason(recs, audit.RowLeaseMismatch))
 		}
 		// The new acme holder writes acme's rows.

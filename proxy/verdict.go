@@ -113,7 +113,12 @@ func verdictOf(lv lease.Verdict, tg rewrite.Target) verdict {
 	if tg.Lease == "" {
 		v.lease = lv.Lease
 	}
-	if lv.Reason == lease.LeaseMissing && tg.RowLease != "" && lease.RowMismatch(lease.GuardSpec{Row: tg.RowLease}, lv.Lease) {
+	// A write to a table whose lease is a template, aimed at rows of
+	// another lease than the session's: the guard found no lease row (it
+	// looks the session's lease up as the rows' one), or, after an UPDATE
+	// or DELETE of 0 rows, the session's lease holds but is not the rows'.
+	if (lv.Reason == lease.LeaseMissing || lv.Reason == lease.Holds) && tg.RowLease != "" &&
+		lease.RowMismatch(lease.GuardSpec{Row: tg.RowLease}, lv.Lease) {
 		v.reason = audit.RowLeaseMismatch
 	}
 	return v

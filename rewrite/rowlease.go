@@ -133,6 +133,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target) ([]string, *stmtRes
 					"another lease; move a row by deleting it under its lease and inserting it under the new one")
 			}
 		}
+		targets[tpls[0]].RowLease = pinnedLease(x.Where, tpl)
 		return []string{rowLeaseCond(tpl, leaseSQL)}, nil
 	case *ast.DeleteStmt:
 		if x.TableRefs == nil || x.TableRefs.TableRefs == nil || x.IsMultiTable ||
@@ -142,6 +143,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target) ([]string, *stmtRes
 		if !in.directRef(x.TableRefs.TableRefs, first) {
 			return refuse("this DELETE writes it through a view, trigger or foreign key; write the table itself")
 		}
+		targets[tpls[0]].RowLease = pinnedLease(x.Where, tpl)
 		return []string{rowLeaseCond(tpl, leaseSQL)}, nil
 	case *ast.InsertStmt:
 		if x.Table == nil || x.Table.TableRefs == nil || !in.directRef(x.Table.TableRefs, first) {
@@ -364,4 +366,68 @@ func canonicalInt(s string) bool {
 		}
 	}
 	return true
+}
+
+// pinnedLease returns the lease of the rows an UPDATE or DELETE may change
+// when its WHERE pins every template column to a literal (`customer_id =
+// 'acme' AND ...` at its top level), or "". The per-row condition decides
+// which rows change; this lease lets the proxy say why a statement aimed
+// at another lease's rows changed none (the guard on Galera and TiDB, the
+// check after a 0-row write elsewhere: row_lease_mismatch), and apply
+// on_stale to it.
+func pinnedLease(where ast.ExprNode, tpl *policy.Template) string {
+	sch := tpl.Schema()
+	if sch == nil || where == nil {
+		return ""
+	}
+	pins := map[string]ast.ExprNode{}
+	var walk func(x ast.ExprNode)
+	walk = func(x ast.ExprNode) {
+		switch b := x.(type) {
+		case *ast.ParenthesesExpr:
+			walk(b.Expr)
+		case *ast.BinaryOperationExpr:
+			switch b.Op {
+			case opcode.LogicAnd:
+				walk(b.L)
+				walk(b.R)
+			case opcode.EQ:
+				col, val := b.L, b.R
+				if _, ok := col.(*ast.ColumnNameExpr); !ok {
+					col, val = val, col
+				}
+				if c, ok := col.(*ast.ColumnNameExpr); ok && c.Name != nil && tpl.HasColumn(c.Name.Name.O) {
+					name := strings.ToLower(c.Name.Name.O)
+					if _, dup := pins[name]; dup {
+						pins[name] = nil // two pins: leave it to the rows
+					} else {
+						pins[name] = val
+					}
+				}
+			}
+		}
+	}
+	walk(where)
+	var b strings.Builder
+	for _, p := range tpl.Parts {
+		if p.Column == "" {
+			b.WriteString(p.Lit)
+			continue
+		}
+		val := pins[strings.ToLower(p.Column)]
+		col, ok := sch.Column(p.Column)
+		if val == nil || !ok {
+			return ""
+		}
+		v, why := templateValue(val, col)
+		if why != "" {
+			return ""
+		}
+		b.WriteString(v)
+	}
+	l := strings.TrimRight(b.String(), " ")
+	if len(l) > 191 {
+		return ""
+	}
+	return l
 }
