@@ -411,3 +411,62 @@ func rowWriteOutcome(t *testing.T, c *sql.Conn, q string) string {
 	}
 	return out
 }
+
+// TestRowLeaseSchemaCheck: the start-up check refuses a template whose
+// columns are missing, generated, changed ON UPDATE or of a type whose
+// stored value the proxy cannot tell from a literal, with the entry's
+// position; and it reads whether the unique keys hold the template
+// columns compared byte for byte.
+func TestRowLeaseSchemaCheck(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		if !withAccount(t) {
+			t.Skip("the check runs with the proxy's account")
+		}
+		e := newFencedEnv(t, envOptions{engine: eng, account: true,
+			tables: []string{"t_missing", "t_generated", "t_decimal", "t_ci", "t_ok"},
+			leases: map[string]string{"t_missing": "m:{nope}", "t_generated": "g:{g}", "t_decimal": "d:{d}",
+				"t_ci": "c:{c}", "t_ok": "o:{a}-{b}"}})
+		mustExec(t, e.root, "CREATE TABLE t_missing (id INT PRIMARY KEY, c VARCHAR(10))")
+		mustExec(t, e.root, "CREATE TABLE t_generated (id INT PRIMARY KEY, c VARCHAR(10), g VARCHAR(20) AS (LOWER(c)) VIRTUAL)")
+		mustExec(t, e.root, "CREATE TABLE t_decimal (id INT PRIMARY KEY, d DECIMAL(10,2))")
+		mustExec(t, e.root, "CREATE TABLE t_ci (c VARCHAR(10) COLLATE utf8mb4_general_ci NOT NULL, id INT NOT NULL, PRIMARY KEY (c, id))")
+		mustExec(t, e.root, "CREATE TABLE t_ok (a CHAR(4) COLLATE utf8mb4_bin NOT NULL, b BIGINT UNSIGNED NOT NULL, id INT NOT NULL, PRIMARY KEY (a, b, id))")
+		db, err := proxy.OpenAdminDB(e.proxy.Config.Backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		rep, err := proxy.CheckSchema(context.Background(), db, e.proxy.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []string
+		for _, er := range rep.Errors {
+			msgs = append(msgs, er.Error())
+		}
+		all := strings.Join(msgs, "\n")
+		for _, want := range []string{
+			`test.yaml:`, `tables[2].lease: "m:{nope}": ` + e.db + `.t_missing has no column nope (its columns: `,
+			`tables[3].lease: "g:{g}": column g of ` + e.db + `.t_generated is `,
+			`tables[4].lease: "d:{d}": column d of ` + e.db + `.t_decimal is decimal(10,2): a template column must be an integer, CHAR or VARCHAR column`,
+		} {
+			if !strings.Contains(all, want) {
+				t.Errorf("schema check errors lack %q:\n%s", want, all)
+			}
+		}
+		if len(rep.Errors) != 3 {
+			t.Errorf("%d errors, want 3:\n%s", len(rep.Errors), all)
+		}
+		pol := e.proxy.Config.Policy(1)
+		ci, _ := pol.Lookup(e.db, "t_ci")
+		ok, _ := pol.Lookup(e.db, "t_ok")
+		if s := ci.Template.Schema(); s == nil || s.KeysCovered {
+			t.Errorf("t_ci (a _ci key): schema %+v, want checked, keys not covering", s)
+		}
+		s := ok.Template.Schema()
+		if s == nil || !s.KeysCovered || len(s.Columns) != 2 || !s.Columns[0].Padded || s.Columns[0].Length != 4 ||
+			!s.Columns[1].Unsigned || s.Columns[1].UMax != ^uint64(0) {
+			t.Errorf("t_ok: schema %+v", s)
+		}
+	})
+}
