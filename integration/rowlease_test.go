@@ -470,3 +470,46 @@ func TestRowLeaseSchemaCheck(t *testing.T) {
 		}
 	})
 }
+
+// TestRowLeaseMultiStatement: in a multi-statement packet each write is
+// fenced per row as on its own.
+func TestRowLeaseMultiStatement(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := rowLeaseEnv(t, eng, "")
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		c := e.session(t, "multiStatements=true")
+		setFence(t, c, acme)
+		if _, err := c.ExecContext(context.Background(), "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 1; "+
+			"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3; DELETE FROM invoice_rows WHERE id = 4; "+
+			"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (6, 'beta', 60); "+
+			"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (5, 'acme', 50)"); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := e.invoiceRows(t), "1:acme:11 2:acme:20 3:beta:30 4:beta:40 5:acme:50"; got != want {
+			t.Fatalf("rows: %s, want %s", got, want)
+		}
+	})
+}
+
+// TestRowLeaseWithTrigger: a trigger on the template table that writes
+// an unprotected table leaves its writes fenced per row, not refused.
+func TestRowLeaseWithTrigger(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		notOn(t, eng, "no triggers", engTiDB)
+		e := rowLeaseEnv(t, eng, "")
+		mustExec(t, e.root, "CREATE TRIGGER invoice_rows_au AFTER UPDATE ON invoice_rows FOR EACH ROW INSERT INTO notes (body) VALUES (NEW.customer_id)")
+		checkTemplates(t, e)
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		c := e.session(t)
+		setFence(t, c, acme)
+		waitCatalogHas(t, e, "invoice_rows")
+		if err := e.proxy.Proxy.WaitCatalog(context.Background(), e.proxy.Proxy.CatalogChecks()); err != nil {
+			t.Fatal(err)
+		}
+		mustAffect(t, c, 1, "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 1")
+		mustAffect(t, c, 0, "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3")
+		if got := queryString(t, e.root, "SELECT GROUP_CONCAT(DISTINCT body) FROM notes"); got != "acme" {
+			t.Fatalf("notes written by the trigger: %s", got)
+		}
+	})
+}
