@@ -21,37 +21,45 @@ var rowLeaseAttacks = []struct {
 	stmts   []string
 	refused bool     // the last statement is refused; else 0 rows
 	skipOn  []string // engines without the syntax
+	// lost: on Galera and TiDB the guard finds several lease rows for a
+	// numeric lease name and the proxy ends the session (nothing is
+	// written); elsewhere 0 rows.
+	lost bool
 }{
-	{"update by customer", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta'"}, false, nil},
-	{"update by key", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil},
-	{"update other case", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'ACME'"}, false, nil},
-	{"update hex customer", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = X'62657461'"}, false, nil},
-	{"update OR true", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3 OR 1 = 1 AND customer_id <> 'acme'"}, false, nil},
-	{"update trailing comment", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3 -- the fence goes before me"}, false, nil},
-	{"update hash comment", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 4 # and me"}, false, nil},
-	{"update ignore low_priority limit", []string{"UPDATE LOW_PRIORITY IGNORE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta' ORDER BY id LIMIT 1"}, false, nil},
-	{"delete by customer", []string{"DELETE FROM invoice_rows WHERE customer_id <> 'acme'"}, false, nil},
-	{"delete returning", []string{"DELETE FROM invoice_rows WHERE id = 3 RETURNING id"}, false, []string{engTiDB}},
-	{"analyze update", []string{"ANALYZE UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta'"}, false, []string{engTiDB}},
-	{"update in transaction", []string{"START TRANSACTION", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 4"}, false, nil},
-	{"sql prepare", []string{"PREPARE s FROM 'UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = ''beta'''", "EXECUTE s"}, false, nil},
-	{"session lease set to beta", []string{"SET @fence_lease = 'invoice:beta'", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil},
-	{"session lease beta with a trailing space", []string{"SET @fence_lease = 'invoice:beta '", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil},
-	{"fence variable assigned inside", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE (@fence_lease := 'invoice:beta') IS NOT NULL AND id = 3"}, true, nil},
-	{"move a row to beta", []string{"UPDATE invoice_rows SET customer_id = 'beta' WHERE id = 1"}, true, nil},
-	{"move beta's row to acme", []string{"UPDATE invoice_rows SET customer_id = 'acme' WHERE id = 3"}, true, nil},
-	{"move by qualified column", []string{"UPDATE invoice_rows SET invoice_rows.customer_id = 'acme' WHERE id = 3"}, true, nil},
-	{"update through a view", []string{"UPDATE v_invoice_rows SET amount = amount + 1 WHERE id = 3"}, true, nil},
-	{"multi-table update", []string{"UPDATE invoice_rows i JOIN invoice_rows j ON j.id = i.id SET i.amount = i.amount + 1 WHERE i.id = 3"}, true, nil},
-	{"insert beta row", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'beta', 0)"}, false, nil},
-	{"insert ACME row", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'ACME', 0)"}, false, nil},
-	{"odku on beta's key", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (3, 'beta', 0) ON DUPLICATE KEY UPDATE amount = amount + 1"}, false, nil},
-	{"odku moving acme's row to beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 0) ON DUPLICATE KEY UPDATE customer_id = 'beta'"}, true, nil},
-	{"replace beta's row", []string{"REPLACE INTO invoice_rows (id, customer_id, amount) VALUES (4, 'beta', 0)"}, false, nil},
-	{"insert select from beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) SELECT id + 10, customer_id, 0 FROM invoice_rows WHERE customer_id = 'beta'"}, true, nil},
-	{"insert beta through a placeholder", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, ?, 0)"}, true, nil},
-	{"insert value cut to beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'betaXXXXXXXXXXXXXXXXXXX', 0)"}, true, nil},
-	{"replace on the loose table", []string{"REPLACE INTO loose_rows (id, customer_id, amount) VALUES (3, 'acme', 0)"}, true, nil},
+	{"update by customer", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta'"}, false, nil, false},
+	{"update by key", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil, false},
+	{"update other case", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'ACME'"}, false, nil, false},
+	{"update hex customer", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = X'62657461'"}, false, nil, false},
+	{"update OR true", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3 OR 1 = 1 AND customer_id <> 'acme'"}, false, nil, false},
+	{"update trailing comment", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3 -- the fence goes before me"}, false, nil, false},
+	{"update hash comment", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 4 # and me"}, false, nil, false},
+	{"update ignore low_priority limit", []string{"UPDATE LOW_PRIORITY IGNORE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta' ORDER BY id LIMIT 1"}, false, nil, false},
+	{"delete by customer", []string{"DELETE FROM invoice_rows WHERE customer_id <> 'acme'"}, false, nil, false},
+	{"delete returning", []string{"DELETE FROM invoice_rows WHERE id = 3 RETURNING id"}, false, []string{engTiDB}, false},
+	{"analyze update", []string{"ANALYZE UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta'"}, false, []string{engTiDB}, false},
+	{"update in transaction", []string{"START TRANSACTION", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 4"}, false, nil, false},
+	{"sql prepare", []string{"PREPARE s FROM 'UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = ''beta'''", "EXECUTE s"}, false, nil, false},
+	{"session lease set to beta", []string{"SET @fence_lease = 'invoice:beta'", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil, false},
+	{"session lease beta with a trailing space", []string{"SET @fence_lease = 'invoice:beta '", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil, false},
+	{"session lease a number", []string{"SET SESSION sql_mode = ''", "SET @fence_lease = 0", "UPDATE invoice_rows SET amount = amount + 1 WHERE customer_id = 'beta'"}, false, nil, false},
+	{"session lease a number, delete", []string{"SET SESSION sql_mode = ''", "SET @fence_lease = 0.0", "DELETE FROM invoice_rows WHERE id = 3"}, false, nil, true},
+	{"session lease a binary string", []string{"SET @fence_lease = X'696E766F6963653A61636D65'", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3"}, false, nil, false},
+	{"session lease under a _ci collation", []string{"SET @fence_lease = 'invoice:ACME' COLLATE utf8mb4_general_ci", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 5"}, false, nil, false},
+	{"fence variable assigned inside", []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE (@fence_lease := 'invoice:beta') IS NOT NULL AND id = 3"}, true, nil, false},
+	{"move a row to beta", []string{"UPDATE invoice_rows SET customer_id = 'beta' WHERE id = 1"}, true, nil, false},
+	{"move beta's row to acme", []string{"UPDATE invoice_rows SET customer_id = 'acme' WHERE id = 3"}, true, nil, false},
+	{"move by qualified column", []string{"UPDATE invoice_rows SET invoice_rows.customer_id = 'acme' WHERE id = 3"}, true, nil, false},
+	{"update through a view", []string{"UPDATE v_invoice_rows SET amount = amount + 1 WHERE id = 3"}, true, nil, false},
+	{"multi-table update", []string{"UPDATE invoice_rows i JOIN invoice_rows j ON j.id = i.id SET i.amount = i.amount + 1 WHERE i.id = 3"}, true, nil, false},
+	{"insert beta row", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'beta', 0)"}, false, nil, false},
+	{"insert ACME row", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'ACME', 0)"}, false, nil, false},
+	{"odku on beta's key", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (3, 'beta', 0) ON DUPLICATE KEY UPDATE amount = amount + 1"}, false, nil, false},
+	{"odku moving acme's row to beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 0) ON DUPLICATE KEY UPDATE customer_id = 'beta'"}, true, nil, false},
+	{"replace beta's row", []string{"REPLACE INTO invoice_rows (id, customer_id, amount) VALUES (4, 'beta', 0)"}, false, nil, false},
+	{"insert select from beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) SELECT id + 10, customer_id, 0 FROM invoice_rows WHERE customer_id = 'beta'"}, true, nil, false},
+	{"insert beta through a placeholder", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, ?, 0)"}, true, nil, false},
+	{"insert value cut to beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'betaXXXXXXXXXXXXXXXXXXX', 0)"}, true, nil, false},
+	{"replace on the loose table", []string{"REPLACE INTO loose_rows (id, customer_id, amount) VALUES (3, 'acme', 0)"}, true, nil, false},
 }
 
 // TestRowLeaseAttacks runs every attack on every engine.
@@ -100,6 +108,8 @@ func TestRowLeaseAttacks(t *testing.T) {
 						if !errors.As(err, &me) || me.Number != 1148 {
 							t.Fatalf("%s: %v, want refused (ERR 1148)", q, err)
 						}
+					case a.lost && eng != engMariaDB && errors.As(err, &me) && me.Number == 1053:
+						// The session is gone, the write was not sent.
 					case errors.As(err, &me) && me.Number == 1644:
 						// Rejected with the fence's error: a RETURNING or
 						// ANALYZE write gets it under on_stale: zero_rows
@@ -124,6 +134,6 @@ func TestRowLeaseAttacks(t *testing.T) {
 				ran++
 			})
 		}
-		t.Logf("%s: %d attacks, none changed a row of another lease", eng, ran)
+		t.Logf("%s: %d attacks ran and changed no row of another lease", eng, ran)
 	})
 }
