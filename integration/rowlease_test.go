@@ -531,3 +531,28 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// TestRowLeaseStatementFence: a write that carries its own fence (a fence
+// comment) is fenced per row under the comment's lease, not the session's.
+func TestRowLeaseStatementFence(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := rowLeaseEnv(t, eng, "")
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		beta := e.acquire(t, "invoice:beta", time.Minute)
+		c := e.session(t)
+		setFence(t, c, beta) // the session holds beta; the comments say acme
+		mustAffect(t, c, 2, withComment(t, "UPDATE invoice_rows SET amount = amount + 1", acme))
+		mustAffect(t, c, 0, withComment(t, "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3", acme))
+		mustAffect(t, c, 0, withComment(t, "DELETE FROM invoice_rows WHERE customer_id = 'beta'", acme))
+		mustAffect(t, c, 1, withComment(t, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (5, 'acme', 50)", acme))
+		mustAffect(t, c, 0, withComment(t, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (6, 'beta', 60)", acme))
+		// Without a comment, the session's beta fence.
+		mustAffect(t, c, 2, "UPDATE invoice_rows SET amount = amount + 1")
+		if got, want := e.invoiceRows(t), "1:acme:11 2:acme:21 3:beta:31 4:beta:41 5:acme:50"; got != want {
+			t.Fatalf("rows: %s, want %s", got, want)
+		}
+		if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 2 {
+			t.Fatalf("%d row_lease_mismatch records, want 2 (the DELETE aimed at beta, the INSERT of beta's row)", n)
+		}
+	})
+}
