@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -744,5 +745,35 @@ func TestReadmeDevelopment(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("make -n build test no longer runs %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestReadmeIsTheFrontDoor: README.md stays the front door (what, demo,
+// install, quick start, how it works, leases, operations and limits in
+// brief, links) of at most 400 lines, with no issue numbers; the rest
+// belongs in docs/ by reader.
+func TestReadmeIsTheFrontDoor(t *testing.T) {
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("\n")); n > 400 {
+		t.Errorf("README.md has %d lines, at most 400: move details to docs/", n)
+	}
+	issue := regexp.MustCompile(`(?i)\bissue #?[0-9]+`)
+	for _, dir := range []string{readmePath, "../docs"} {
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".md") {
+				return err
+			}
+			text, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if m := issue.Find(text); m != nil {
+				t.Errorf("%s names %q: docs state decisions, not the tracker's history", p, m)
+			}
+			return nil
+		})
 	}
 }
