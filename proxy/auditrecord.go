@@ -7,6 +7,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -22,7 +23,7 @@ func (fg *fencing) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome 
 
 // auditExpired records a guarded write that ran after its lease expired
 // (the recheck after it said so, or could not run: rerr).
-func (fg *fencing) auditExpired(rt *runtime, f *rewrite.Fence, v verdict, outcome string, rerr *backendError) {
+func (fg *fencing) auditExpired(rt *runtime, f *rewrite.Fence, v verdict, outcome string, rerr *wire.ServerError) {
 	detail := "the write ran after the lease expired by database time (the recheck right after it, in its " +
 		"transaction, found the lease expired), so it was undone"
 	switch {

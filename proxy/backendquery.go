@@ -1,23 +1,10 @@
 package proxy
 
 import (
-	"fmt"
-
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
-
-// backendError is an ERR the backend returned to a query of the proxy's own.
-type backendError struct{ wire.ErrInfo }
-
-func (e *backendError) Error() string {
-	return fmt.Sprintf("backend error %d (%s): %s", e.Code, e.State, e.Msg)
-}
-
-// ErrorNumber is the server's error number: lease.IsConflict reads it to
-// retry the SQL lease functions' statements on Galera's 1213.
-func (e *backendError) ErrorNumber() uint16 { return e.Code }
 
 // backendQuery runs sql on the client's backend connection for the proxy's
 // own purposes (lease checks, lease functions) and returns the rows of its
@@ -44,7 +31,7 @@ func (c *clientConn) queueOwn(sql string) error {
 }
 
 // readOwn reads the response to a statement of the proxy's own: the rows of
-// its first result set that has rows (nil for an OK), or a *backendError
+// its first result set that has rows (nil for an OK), or a *wire.ServerError
 // for an ERR. ownAffected takes the affected rows of its OKs.
 func (c *clientConn) readOwn() ([][]wire.Value, error) {
 	res, err := c.walker().Query()
@@ -63,7 +50,7 @@ func backendErr(e *wire.ErrInfo) error {
 	if e == nil {
 		return nil
 	}
-	return &backendError{*e}
+	return &wire.ServerError{ErrInfo: *e}
 }
 
 // backendExec runs a statement of the proxy's own that returns no rows on
@@ -99,7 +86,7 @@ func (c *clientConn) backendExec(sql string) (uint64, error) {
 // guarded write, which sets ROW_COUNT() itself; a lease function, answered
 // by the proxy; a drain), so an error costs nothing until one does.
 //
-// A *backendError is the server's answer to the ping (Galera reports a
+// A *wire.ServerError is the server's answer to the ping (Galera reports a
 // transaction aborted by a replicated write to the next command): the
 // caller answers the client's command with it, as the server would have.
 // Any other error is a failure of the backend connection.

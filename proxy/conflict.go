@@ -6,6 +6,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -116,7 +117,7 @@ func (fg *fencing) readPresented(rt *runtime, f *rewrite.Fence, v *verdict) erro
 	}
 	rows, err := fg.own.query(gs[0].VarsSQL)
 	if err != nil {
-		if _, ok := err.(*backendError); ok {
+		if _, ok := err.(*wire.ServerError); ok {
 			return nil
 		}
 		return err

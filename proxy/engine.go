@@ -109,7 +109,7 @@ func (c *clientConn) finishEngineProbe() error {
 			c.srv.Galera = len(rows) == 1 && len(rows[0]) == 1 && isOn(rows[0][0])
 			return nil
 		}
-		be, ok := err.(*backendError)
+		be, ok := err.(*wire.ServerError)
 		if !ok {
 			return err
 		}
@@ -126,7 +126,7 @@ func (c *clientConn) finishEngineProbe() error {
 	}
 	rows, err := c.readOwn()
 	if err != nil {
-		if _, ok := err.(*backendError); !ok {
+		if _, ok := err.(*wire.ServerError); !ok {
 			return err
 		}
 		return c.probeFailed(err)

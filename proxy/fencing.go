@@ -65,7 +65,7 @@ type sessionView interface {
 
 // ownRunner runs the proxy's own statements (and the client's statement of
 // a packet the proxy runs one by one) on the session's backend connection.
-// Nothing of what it reads reaches the client. Errors: a *backendError is
+// Nothing of what it reads reaches the client. Errors: a *wire.ServerError is
 // the server's ERR to the statement; anything else is a failure of the
 // backend connection.
 type ownRunner interface {

@@ -106,7 +106,7 @@ func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []re
 func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) (err error) {
 	// The transaction state decides the shape: after an ERR, ask.
 	if err := fg.own.learnStatus(); err != nil {
-		be, ok := err.(*backendError)
+		be, ok := err.(*wire.ServerError)
 		if !ok {
 			return err
 		}
@@ -175,9 +175,9 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		if wrap {
 			end = rollbackOwn
 		}
-		var endErr *backendError
+		var endErr *wire.ServerError
 		if _, err := fg.own.exec(end); err != nil {
-			be, ok := err.(*backendError)
+			be, ok := err.(*wire.ServerError)
 			if !ok {
 				return err
 			}
@@ -242,7 +242,7 @@ func (fg *fencing) keepReadOnly() error {
 		return nil
 	}
 	_, err := fg.own.exec("SET TRANSACTION READ ONLY")
-	if be, ok := err.(*backendError); ok {
+	if be, ok := err.(*wire.ServerError); ok {
 		fg.s.log().Warn("setting the session's READ ONLY characteristic again failed", "code", be.Code)
 		return nil
 	}
@@ -332,7 +332,7 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 	switch {
 	case undo:
 		if _, err := fg.own.exec("ROLLBACK TO SAVEPOINT " + recheckSavepoint); err != nil {
-			if _, ok := err.(*backendError); !ok {
+			if _, ok := err.(*wire.ServerError); !ok {
 				return err
 			}
 			undo = false
@@ -341,7 +341,7 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 		// No savepoint: the whole transaction goes, and the client hears
 		// so.
 		if _, err := fg.own.exec("ROLLBACK"); err != nil {
-			if _, ok := err.(*backendError); !ok {
+			if _, ok := err.(*wire.ServerError); !ok {
 				return err
 			}
 		}
@@ -404,7 +404,7 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		// The write failed (its ERR went out already), or it outlived its
 		// lease: nothing of it may commit.
 		if _, err := fg.own.exec(rollbackOwn); err != nil {
-			if _, ok := err.(*backendError); !ok {
+			if _, ok := err.(*wire.ServerError); !ok {
 				return err
 			}
 		}
@@ -419,14 +419,14 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		return fg.rejectExpired(rt, f, v, rerr)
 	}
 	_, cerr := fg.own.exec(commitOwn)
-	if _, ok := cerr.(*backendError); cerr != nil && !ok {
+	if _, ok := cerr.(*wire.ServerError); cerr != nil && !ok {
 		return cerr
 	}
 	if err := fg.auditDeferred(); err != nil {
 		return err
 	}
 	if cerr != nil {
-		be := cerr.(*backendError)
+		be := cerr.(*wire.ServerError)
 		// Nothing was committed: the client gets the COMMIT's error in
 		// place of the write's success (after its rows, for RETURNING).
 		fg.out.dropHeld()
@@ -444,7 +444,7 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 // conflict ended right after it (the recheck got Galera's 1213 or TiDB's
 // 9007): nothing of it will commit, and the client hears the engine's
 // error, as from its own next statement.
-func (fg *fencing) lostAfterWrite(be *backendError) error {
+func (fg *fencing) lostAfterWrite(be *wire.ServerError) error {
 	fg.own.statusUnknown()
 	if err := fg.noteError(be.Code); err != nil {
 		return err
@@ -454,7 +454,7 @@ func (fg *fencing) lostAfterWrite(be *backendError) error {
 
 // readAfterWrite reads what follows a guarded write's response: TiDB's
 // SHOW WARNINGS (keep) and the recheck's rows, or the recheck's error.
-func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Value, rerr *backendError, err error) {
+func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Value, rerr *wire.ServerError, err error) {
 	if keep {
 		if kept, err = fg.own.readWarnings(); err != nil {
 			return nil, nil, nil, err
@@ -462,7 +462,7 @@ func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Va
 	}
 	rows, err = fg.own.read()
 	if err != nil {
-		be, ok := err.(*backendError)
+		be, ok := err.(*wire.ServerError)
 		if !ok {
 			return nil, nil, nil, err
 		}
@@ -500,7 +500,7 @@ func (fg *fencing) keepWarnings(kept warnPackets, n uint16) {
 
 // rejectExpired answers a guarded write that ran after its lease expired,
 // and was undone, as a rejected one (reason expired).
-func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr *backendError) error {
+func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr *wire.ServerError) error {
 	if rt.policy.OnStale == onStaleError || f.Rows || fg.out.answered() {
 		// An OK of 0 rows cannot follow rows already relayed.
 		fg.auditExpired(rt, f, v, "error", rerr)
@@ -514,7 +514,7 @@ func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr 
 // SAVEPOINT when lead) and reads their verdict. gerr is the server's error for a guard that
 // could not run (lock wait timeout, deadlock, missing lease table); err a
 // failure of the connection.
-func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (v verdict, gerr *backendError, err error) {
+func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (v verdict, gerr *wire.ServerError, err error) {
 	var first verdict
 	until := ""
 	var remaining time.Duration
@@ -540,7 +540,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 		}
 		if lead && i == 0 {
 			if _, err := fg.own.read(); err != nil {
-				be, ok := err.(*backendError)
+				be, ok := err.(*wire.ServerError)
 				if !ok {
 					return v, nil, err
 				}
@@ -550,7 +550,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 		rows, err := fg.own.read()
 		if ahead {
 			crows, cerr := fg.own.read()
-			if _, ok := cerr.(*backendError); cerr != nil && !ok {
+			if _, ok := cerr.(*wire.ServerError); cerr != nil && !ok {
 				return v, nil, cerr
 			}
 			if err == nil && cerr != nil {
@@ -562,13 +562,13 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 			// The guard ran outside the transaction that failed to start
 			// (or that the savepoint found aborted): its lock is gone
 			// already, whatever it found.
-			if _, ok := err.(*backendError); err != nil && !ok {
+			if _, ok := err.(*wire.ServerError); err != nil && !ok {
 				return v, nil, err
 			}
 			return v, gerr, nil
 		}
 		if err != nil {
-			be, ok := err.(*backendError)
+			be, ok := err.(*wire.ServerError)
 			if !ok {
 				return v, nil, err
 			}
@@ -578,7 +578,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 		if classify && !ahead {
 			// The current row, read with a lock.
 			if rows, err = fg.own.query(g.Classify); err != nil {
-				be, ok := err.(*backendError)
+				be, ok := err.(*wire.ServerError)
 				if !ok {
 					return v, nil, err
 				}
@@ -592,7 +592,7 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 			}
 			vr, err := fg.own.query(g.VarsSQL)
 			if err != nil {
-				be, ok := err.(*backendError)
+				be, ok := err.(*wire.ServerError)
 				if !ok {
 					return v, nil, err
 				}
@@ -645,7 +645,7 @@ func toFields(rows [][]wire.Value) [][]lease.Field {
 
 // guardError answers a write whose guard failed with the guard's error:
 // nothing of the write was sent.
-func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *backendError, ts []rewrite.Target) error {
+func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *wire.ServerError, ts []rewrite.Target) error {
 	msg := be.Msg
 	switch {
 	case be.Code == mysql.ER_NO_SUCH_TABLE:

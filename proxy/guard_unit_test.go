@@ -82,13 +82,13 @@ type fakeAnswer struct {
 	rows     [][]wire.Value
 	affected uint64
 	status   uint16
-	err      *backendError
+	err      *wire.ServerError
 	write    bool   // the client's write, relayed to the client
 	label    string // the statement's label
 }
 
-func beErr(code uint16) *backendError {
-	return &backendError{wire.ErrInfo{Code: code, State: "HY000", Msg: fmt.Sprintf("error %d", code)}}
+func beErr(code uint16) *wire.ServerError {
+	return &wire.ServerError{ErrInfo: wire.ErrInfo{Code: code, State: "HY000", Msg: fmt.Sprintf("error %d", code)}}
 }
 
 // fakeFence implements the fencing layer's four interfaces: a session in
@@ -105,8 +105,8 @@ type fakeFence struct {
 	checkRow    []string // the lease check's row (lease.VerdictColumns)
 	recheck     string   // the recheck's value
 	write       fakeAnswer
-	errs        map[string]*backendError // by label: that statement fails
-	statusAfter map[string]uint16        // by label: the status flags its answer carries
+	errs        map[string]*wire.ServerError // by label: that statement fails
+	statusAfter map[string]uint16            // by label: the status flags its answer carries
 	learnErr    error
 
 	pending []fakeAnswer
@@ -229,7 +229,7 @@ func (f *fakeFence) learnStatus() error { return f.learnErr }
 func (f *fakeFence) statusUnknown()     {}
 func (f *fakeFence) readWarnings() (warnPackets, error) {
 	_, err := f.read()
-	if _, ok := err.(*backendError); ok {
+	if _, ok := err.(*wire.ServerError); ok {
 		return nil, nil
 	}
 	return nil, err
@@ -479,7 +479,7 @@ func TestGuardedWriteCases(t *testing.T) {
 		row     []string
 		recheck string
 		write   fakeAnswer
-		errs    map[string]*backendError
+		errs    map[string]*wire.ServerError
 		learn   error
 		onStale string
 		fence   *rewrite.Fence
@@ -505,12 +505,12 @@ func TestGuardedWriteCases(t *testing.T) {
 		{name: "own transaction, the write fails: rolled back, its ERR", status: autocommit, row: holds, recheck: "1",
 			write: fakeAnswer{err: beErr(1062)}, sent: []string{sStart, sGuard, sWrite, sRecheck, sRollback},
 			client: []string{"ERR 1062"}},
-		{name: "lease table missing", status: autocommit, row: holds, errs: map[string]*backendError{sGuard: beErr(mysql.ER_NO_SUCH_TABLE)},
+		{name: "lease table missing", status: autocommit, row: holds, errs: map[string]*wire.ServerError{sGuard: beErr(mysql.ER_NO_SUCH_TABLE)},
 			sent: []string{sStart, sGuard, sRollback}, client: []string{fmt.Sprintf("ERR %d", mysql.ER_NO_SUCH_TABLE)}},
-		{name: "guard waits too long for the lease row", status: autocommit | inTrans, row: holds, errs: map[string]*backendError{sGuard: beErr(erLockWait)},
+		{name: "guard waits too long for the lease row", status: autocommit | inTrans, row: holds, errs: map[string]*wire.ServerError{sGuard: beErr(erLockWait)},
 			sent: []string{sSave, sGuard, sDo0}, client: []string{fmt.Sprintf("ERR %d", erLockWait)}},
 		{name: "galera, conflict at the proxy's COMMIT: the engine's error, audited", eng: 1, status: autocommit, row: holds, recheck: "1",
-			write: okWrite, errs: map[string]*backendError{sCommit: beErr(erConflict)},
+			write: okWrite, errs: map[string]*wire.ServerError{sCommit: beErr(erConflict)},
 			sent:   []string{sStart, sGuard, sClassify, sWrite, sRecheck, sCommit},
 			client: []string{fmt.Sprintf("ERR %d", erConflict)}, reasons: []string{audit.Conflict}},
 		{name: "galera, conflict reported at the status probe: nothing sent", eng: 1, status: autocommit, row: holds,
@@ -578,7 +578,7 @@ func TestTrackerLeaseCheck(t *testing.T) {
 	checks := []struct {
 		reason string
 		row    []string
-		err    *backendError
+		err    *wire.ServerError
 	}{
 		{"", []string{"0", "job", "abcd", "7", "7,1,1"}, nil},
 		{audit.StaleToken, []string{"0", "job", "abcd", "7", "8,1,1"}, nil},
@@ -599,7 +599,7 @@ func TestTrackerLeaseCheck(t *testing.T) {
 						f := &fakeFence{srv: unitEngines[eng].srv, status: autocommit, checkRow: ck.row,
 							varsRow: []string{"0", "job", "abcd", "7"}, write: fakeAnswer{affected: 0, status: autocommit}}
 						if ck.err != nil {
-							f.errs = map[string]*backendError{sCheck: ck.err}
+							f.errs = map[string]*wire.ServerError{sCheck: ck.err}
 						}
 						rt := unitRuntime(t, onStale)
 						fg := f.fencing()
@@ -619,7 +619,7 @@ func TestTrackerLeaseCheck(t *testing.T) {
 							// The write's OK went out with the packet's
 							// other results; the rolled-back transaction
 							// ends the connection (abortCommand).
-							if be, ok := err.(*backendError); !ok || be.Code != erConflict {
+							if be, ok := err.(*wire.ServerError); !ok || be.Code != erConflict {
 								t.Fatalf("finish: %v, want the check's 1213", err)
 							}
 						} else if err != nil {
@@ -690,7 +690,7 @@ func TestGuardedWriteKeepsReadOnly(t *testing.T) {
 				start |= ro
 			}
 			f := &fakeFence{srv: tc.srv, guardRow: tc.guard, recheck: "1", varsRow: []string{"0", "job", "abcd", "7"},
-				write:       fakeAnswer{err: &backendError{wire.ErrInfo{Code: 1792, State: "25006", Msg: "Cannot execute statement in a READ ONLY transaction"}}},
+				write:       fakeAnswer{err: &wire.ServerError{ErrInfo: wire.ErrInfo{Code: 1792, State: "25006", Msg: "Cannot execute statement in a READ ONLY transaction"}}},
 				statusAfter: map[string]uint16{sStart: start, sRollback: autocommit}}
 			f.status = autocommit
 			rt := unitRuntime(t, "zero_rows")

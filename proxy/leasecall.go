@@ -151,7 +151,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []w
 		// have aborted it since its last answer (the server reports that
 		// to the next command: here, the ping).
 		if err := c.askStatus(); err != nil {
-			be, ok := err.(*backendError)
+			be, ok := err.(*wire.ServerError)
 			if !ok {
 				return err
 			}

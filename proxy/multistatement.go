@@ -42,7 +42,7 @@ func (c *clientConn) refuseMultiStatement(payload []byte, inPlace bool, n int) (
 	if c.srv.Flavor == rewrite.TiDB {
 		rows, err := c.backendQuery("SELECT @@SESSION.tidb_multi_statement_mode")
 		if err != nil {
-			if _, ok := err.(*backendError); !ok {
+			if _, ok := err.(*wire.ServerError); !ok {
 				return true, err
 			}
 		}

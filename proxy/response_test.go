@@ -76,7 +76,7 @@ func TestReadOwn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := scriptedBackend(t, tc.deprecateEOF, tc.pkts...)
 			rows, err := c.readOwn()
-			var be *backendError
+			var be *wire.ServerError
 			if tc.err != errors.As(err, &be) {
 				t.Fatalf("err = %v, want a backend error: %v", err, tc.err)
 			}

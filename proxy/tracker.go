@@ -113,7 +113,7 @@ func (t *tracker) finish() error {
 	fg := t.fg
 	if t.held != nil {
 		v, err := fg.classify(t.rt, t.held.fence, true)
-		if be, ok := err.(*backendError); ok && be.Code == erConflict {
+		if be, ok := err.(*wire.ServerError); ok && be.Code == erConflict {
 			// The check's locking read was chosen as a deadlock's victim:
 			// the transaction, this write with it, was rolled back.
 			fg.out.dropHeld()
@@ -122,7 +122,7 @@ func (t *tracker) finish() error {
 			}
 			return fg.out.sendError(be.Code, be.State, be.Msg)
 		}
-		if be, ok := err.(*backendError); ok && be.Code == erLockWait {
+		if be, ok := err.(*wire.ServerError); ok && be.Code == erLockWait {
 			// The write's fence may have failed. Under on_stale: error
 			// its 0 rows must not reach the client as if it had held:
 			// the client gets the engine's error (the write changed
@@ -165,7 +165,7 @@ func (t *tracker) finish() error {
 	// whoever sees the 0 rows can also find out why.
 	for _, pc := range t.checks {
 		v, err := fg.classify(t.rt, pc.fence, true)
-		if be, ok := err.(*backendError); ok && be.Code == erLockWait {
+		if be, ok := err.(*wire.ServerError); ok && be.Code == erLockWait {
 			// The client gets the write's own 0 rows, as for a rejection.
 			if err := fg.auditLockWait(t.rt, pc.fence, "zero_rows"); err != nil {
 				return err

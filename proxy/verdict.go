@@ -70,13 +70,13 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 		seen[sql] = true
 		rows, err := fg.own.query(sql)
 		if err != nil {
-			if be, ok := err.(*backendError); ok && locking && (be.Code == erConflict || be.Code == erLockWait) {
+			if be, ok := err.(*wire.ServerError); ok && locking && (be.Code == erConflict || be.Code == erLockWait) {
 				// A deadlock rolled the transaction back, or another
 				// transaction (a takeover) locked the lease row after
 				// the write: that is no verdict on the lease.
 				return verdict{}, err
 			}
-			if _, ok := err.(*backendError); ok {
+			if _, ok := err.(*wire.ServerError); ok {
 				// The lease table is unreadable: the write cannot have
 				// passed its fence either.
 				v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease, reason: audit.LeaseMissing}

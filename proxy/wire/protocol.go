@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
@@ -120,6 +121,18 @@ type ErrInfo struct {
 	State string
 	Msg   string
 }
+
+// ServerError is an ERR the backend returned to a statement of the proxy's
+// own, as an error.
+type ServerError struct{ ErrInfo }
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("backend error %d (%s): %s", e.Code, e.State, e.Msg)
+}
+
+// ErrorNumber is the server's error number: lease.IsConflict reads it to
+// retry the SQL lease functions' statements on Galera's 1213.
+func (e *ServerError) ErrorNumber() uint16 { return e.Code }
 
 func ParseErr(p []byte) ErrInfo {
 	var e ErrInfo
