@@ -1,80 +1,17 @@
 package proxy
 
 import (
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
-	"github.com/fenceproxy/fenceproxy/proxy/wire"
-	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// auditStale records a rejected (or, in shadow mode, would-be rejected)
-// write and counts it.
-func (fg *fencing) auditStale(rt *runtime, f *rewrite.Fence, v verdict, outcome string) {
-	fg.writeAudit(audit.Record{
-		Reason: v.reason, Lease: v.lease, Table: v.table,
-		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
-		Digest: f.Digest, Outcome: outcome,
-	}, rt)
-}
-
-// auditExpired records a guarded write that ran after its lease expired
-// (the recheck after it said so, or could not run: rerr).
-func (fg *fencing) auditExpired(rt *runtime, f *rewrite.Fence, v verdict, outcome string, rerr *wire.ServerError) {
-	detail := "the write ran after the lease expired by database time (the recheck right after it, in its " +
-		"transaction, found the lease expired), so it was undone"
-	switch {
-	case rerr != nil:
-		detail = "the recheck of the lease's expiry right after the write failed (" + rerr.Error() + "), so the write was undone"
-	case outcome == "committed":
-		detail = "the write ran after the lease expired by database time, under LOCK TABLES in autocommit mode, where it " +
-			"committed with its statement"
-	}
-	fg.writeAudit(audit.Record{
-		Reason: audit.Expired, Lease: v.lease, Table: v.table,
-		PresentedOwner: v.presentedOwner, PresentedToken: v.presentedToken, CurrentToken: v.currentToken,
-		Digest: f.Digest, Outcome: outcome, Detail: detail,
-	}, rt)
-}
-
-// refuse answers a statement the rewriter refused, and audits it.
-func (fg *fencing) refuse(rt *runtime, r *rewrite.Refusal, sql string) error {
-	fg.auditRefusal(rt, r, sql, "refused")
-	if r.UnknownKind {
-		return fg.out.sendError(erParse, "42000", r.Error())
-	}
-	return fg.out.sendError(erNotAllowed, "42000", r.Error())
-}
-
-// auditRefusal records a statement that cannot be fenced.
-func (fg *fencing) auditRefusal(rt *runtime, r *rewrite.Refusal, sql, outcome string) {
-	lease := ""
-	if r.Table != "" {
-		if i := strings.IndexByte(r.Table, '.'); i > 0 {
-			if t, ok := rt.policy.Lookup(r.Table[:i], r.Table[i+1:]); ok {
-				lease = t.Lease
-			}
-		}
-	}
-	reason := "unverifiable"
-	if r.Table != "" {
-		reason = "protected_table"
-	}
-	fg.out.countRefused(reason, rt.policy.Mode, outcome == "refused")
-	fg.writeAudit(audit.Record{Reason: audit.Refused, Table: r.Table, Lease: lease,
-		Digest: fg.s.digest(sql), Outcome: outcome, Detail: r.Reason}, rt)
-}
-
-func (fg *fencing) writeAudit(rec audit.Record, rt *runtime) { fg.out.audit(rec, rt) }
-
-// writeAudit writes a record of the fencing layer's, with the session's
-// identity, to the audit trail, counts it and logs it.
-func (c *clientConn) writeAudit(rec audit.Record, rt *runtime) {
+// writeAudit writes a record of the fencing layer's (its mode set by the
+// layer), with the session's identity, to the audit trail, counts it and logs it.
+func (c *clientConn) writeAudit(rec audit.Record) {
 	rec.Time = time.Now().UTC()
-	rec.Mode = rt.policy.Mode
 	rec.Client = c.remote()
 	rec.User = c.user
 	rec.Schema = c.sess.Schema

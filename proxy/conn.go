@@ -14,6 +14,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -97,10 +98,10 @@ type clientConn struct {
 	// around the last command, an autocommit guarded write with warnings;
 	// prevWarn: those of the command before, while the current one runs
 	// (see warnings.go).
-	warn, prevWarn *keptWarnings
+	warn, prevWarn *fencing.KeptWarnings
 	// fence: everything the proxy does to fence this session's writes
-	// (fencing.go)
-	fence fencing
+	// (package proxy/fencing; it sees this connection as fenceConn)
+	fence fencing.Layer
 
 	prepared   map[uint32]*preparedStmt // COM_STMT_PREPARE ids the proxy must remember
 	nextStmtID uint32                   // next id for a statement the proxy answers itself
@@ -381,7 +382,7 @@ func (c *clientConn) noteStatus(st uint16) {
 	if st&mysql.SERVER_STATUS_IN_TRANS == 0 {
 		c.xaBranch = false
 	}
-	c.fence.noteTxnStatus(st)
+	c.fence.NoteTxnStatus(st)
 	if st&mysql.SERVER_STATUS_NO_BACKSLASH_ESCAPED != 0 {
 		c.sess.NoBackslashEscapes = rewrite.On
 	} else {

@@ -5,16 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/catalog"
-	"github.com/fenceproxy/fenceproxy/internal/logging"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
-	"github.com/fenceproxy/fenceproxy/proxy/audit"
-	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
@@ -386,59 +382,6 @@ func (c *clientConn) unguardedRefusal(rt *runtime, d rewrite.Decision) rewrite.D
 	}
 	return d
 }
-
-// auditGuardError records a guard trigger's refusal (an ERR with
-// GuardErrno and SQLSTATE 45000) before its ERR reaches the client
-// unchanged. The message names the table and lease; a client can SIGNAL
-// the same itself, so a table the policy does not protect is recorded as
-// such and never becomes a metric label of its own. rt: the proxy's
-// current runtime, for a response no tracker follows.
-func (fg *fencing) auditGuardError(rt *runtime, hook resultHook, e wire.ErrInfo) {
-	if t, ok := hook.(*tracker); ok && t.rt != nil {
-		rt = t.rt
-	}
-	if rt == nil {
-		return
-	}
-	ref, ok := lease.ParseGuardError(e.Msg)
-	rec := audit.Record{Reason: audit.DatabaseGuard, Outcome: "error"}
-	var fence *rewrite.Fence
-	if t, isT := hook.(*tracker); isT {
-		if st := t.current(); st != nil {
-			fence = t.fenceOf(st)
-		}
-	}
-	how := "a statement fenceproxy forwarded unchanged (it did not see it write a protected table)"
-	if fence != nil {
-		rec.Digest = fence.Digest
-		how = "a write fenceproxy fenced (the trigger read the lease differently: it expired, or the session's fence changed, in between)"
-	}
-	switch {
-	case !ok:
-		rec.Table = "_unknown"
-		rec.Detail = "an error " + strconv.Itoa(lease.GuardErrno) + " (45000) that is not a guard trigger's message, from " + how
-	default:
-		rec.Table, rec.Lease = ref.Table, ref.Lease
-		if i := strings.IndexByte(ref.Table, '.'); i < 0 {
-			rec.Table = "_unknown"
-		} else if t, prot := rt.policy.Lookup(ref.Table[:i], ref.Table[i+1:]); !prot {
-			rec.Table = "_unknown"
-		} else {
-			rec.Table = t.Name
-		}
-		rec.Detail = "the guard trigger of " + ref.Table + " refused the write (" + string(ref.Reason) + ") in " + how
-	}
-	fg.writeAudit(rec, rt)
-	// A write that reached the guard past the proxy's own fence is a gap
-	// in what the proxy reads: worth a line of its own (rate-limited: a
-	// client can SIGNAL the same error at will).
-	if fence == nil {
-		fg.out.logLimited(logging.Key{Event: msgGuardUnfenced, Reason: rec.Reason, Table: rec.Table},
-			msgGuardUnfenced, "table", rec.Table, "lease", rec.Lease)
-	}
-}
-
-const msgGuardUnfenced = "a guard trigger refused a write fenceproxy did not fence"
 
 // CheckDatabaseGuard is serve's start-up check of the guard triggers, over
 // db (the proxy's own account), for check-config --connect: nil when serve

@@ -3,14 +3,16 @@ package proxy
 import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// applyResult records what a statement the tracker followed did to the
+// applyResult records what a statement the fencing layer's tracker followed did to the
 // session: its table locks, and, when it succeeded, its session effects.
-func (c *clientConn) applyResult(rt *runtime, st *rewrite.Stmt, r result) {
+func (c *clientConn) applyResult(rt fencing.Runtime, st *rewrite.Stmt, r fencing.Result) {
 	c.applyLocks(st, r)
-	if !r.isErr {
+	if !r.IsErr {
 		c.applyEffect(rt, st)
 	}
 }
@@ -24,7 +26,7 @@ const (
 )
 
 // applyLocks follows the session's table locks through a statement's result.
-func (c *clientConn) applyLocks(st *rewrite.Stmt, r result) {
+func (c *clientConn) applyLocks(st *rewrite.Stmt, r fencing.Result) {
 	locks := st.Locks
 	if st.Kind == rewrite.Execute {
 		if ps := c.named[st.Name]; ps != nil {
@@ -33,19 +35,19 @@ func (c *clientConn) applyLocks(st *rewrite.Stmt, r result) {
 	}
 	switch locks {
 	case rewrite.LocksTaken:
-		if !r.isErr {
+		if !r.IsErr {
 			c.setTablesLocked(true)
-		} else if r.err.Code != erParseError && r.err.Code != erNonuniqTable {
+		} else if r.Err.Code != erParseError && r.Err.Code != erNonuniqTable {
 			c.setTablesLocked(false)
 		}
 	case rewrite.LocksReleased:
-		if !r.isErr {
+		if !r.IsErr {
 			c.setTablesLocked(false)
 		}
 	case rewrite.LocksReleasedIfChained:
 		// COMMIT and ROLLBACK chain a new transaction under completion_type
 		// = CHAIN, and a transaction that starts releases the table locks.
-		if !r.isErr && r.ok.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+		if !r.IsErr && r.OK.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
 			c.setTablesLocked(false)
 		}
 	case rewrite.LocksMaybeReleased:
@@ -54,7 +56,7 @@ func (c *clientConn) applyLocks(st *rewrite.Stmt, r result) {
 }
 
 // applyEffect records what a successful statement changed in the session.
-func (c *clientConn) applyEffect(rt *runtime, st *rewrite.Stmt) {
+func (c *clientConn) applyEffect(rt fencing.Runtime, st *rewrite.Stmt) {
 	// NO_BACKSLASH_ESCAPES came from the OK's status flags already.
 	if c.sess.Apply(st, rewrite.AfterResult).Charset {
 		c.setCharset(c.sess.UnsafeCharset)
@@ -68,10 +70,10 @@ func (c *clientConn) applyEffect(rt *runtime, st *rewrite.Stmt) {
 		if c.named == nil {
 			c.named = map[string]*preparedStmt{}
 		}
-		ps := &preparedStmt{gen: rt.gen}
+		ps := &preparedStmt{gen: rt.Gen}
 		if inner != nil {
 			ps.stmt = *inner
-			ps.fenced = inner.Kind == rewrite.Write && rt.policy.Mode != modeShadow
+			ps.fenced = inner.Kind == rewrite.Write && rt.Policy.Mode != policy.ModeShadow
 		}
 		c.named[st.Name] = ps
 	case rewrite.Execute:

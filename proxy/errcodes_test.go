@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 // with an error of its own, and the position of their code argument.
 var errorWriters = map[string]int{
 	"sendError":         0,
+	"SendError":         0, // the fencing layer's (fencing.Responder)
 	"writeAuthError":    1,
 	"ErrPayload":        0,
 	"InitialErrPayload": 0,
@@ -23,29 +25,32 @@ var errorWriters = map[string]int{
 // a constant outside the client libraries' range (2000-2999): libmariadb
 // shows any such code from a server as "2027 Received malformed packet"
 // instead of the proxy's message. Codes relayed from the backend (a field
-// of a decoded ERR) are the server's and pass.
+// of a decoded ERR) are the server's and pass. It reads this package and
+// the fencing layer's (proxy/fencing).
 func TestNoClientRangeErrorCodes(t *testing.T) {
 	fset := token.NewFileSet()
-	entries, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var files []*ast.File
-	for _, e := range entries {
-		n := e.Name()
-		if !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, n, nil, 0)
+	for dir, pkg := range map[string]string{".": "proxy", "fencing": "fencing"} {
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.Name.Name == "proxy" && !strings.Contains(n, "_other") {
-			files = append(files, f)
+		for _, e := range entries {
+			n := e.Name()
+			if !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Name.Name == pkg && !strings.Contains(n, "_other") {
+				files = append(files, f)
+			}
 		}
 	}
-	// The package's integer constants (the error codes are plain
-	// literals: erX = 1053).
+	// The packages' integer constants (the error codes are plain
+	// literals: erX = 1053), by package and name.
 	consts := map[string]int64{}
 	for _, f := range files {
 		for _, d := range f.Decls {
@@ -59,7 +64,7 @@ func TestNoClientRangeErrorCodes(t *testing.T) {
 					if i < len(vs.Values) {
 						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.INT {
 							v, _ := strconv.ParseInt(lit.Value, 0, 64)
-							consts[n.Name] = v
+							consts[f.Name.Name+"."+n.Name] = v
 						}
 					}
 				}
@@ -68,6 +73,7 @@ func TestNoClientRangeErrorCodes(t *testing.T) {
 	}
 	calls := 0
 	for _, f := range files {
+		pkg := f.Name.Name
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
@@ -93,7 +99,7 @@ func TestNoClientRangeErrorCodes(t *testing.T) {
 				if a.Name == "code" {
 					return true // a wrapper passing its parameter on
 				}
-				v, ok := consts[a.Name]
+				v, ok := consts[pkg+"."+a.Name]
 				if !ok {
 					t.Errorf("%s: %s with code %s, not a constant of the package", fset.Position(call.Pos()), name, a.Name)
 					return true

@@ -5,6 +5,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
@@ -29,10 +30,10 @@ type exchange struct {
 	limit int
 	// more: the end of this response says SERVER_MORE_RESULTS_EXISTS, for
 	// the proxy sends the next statement of the client's packet itself
-	// (see runOneByOne). Set only by statement.
+	// (see fencing's RunOneByOne). Set only by statement.
 	more bool
 	// held: the response's final OK or result set terminator, kept back
-	// by relayHolding (see guardedWrite).
+	// by relayHolding (see fencing's guardedWrite).
 	held    heldPacket
 	scratch []byte // relayMarked's copy of a packet, reused across commands
 	// own: status bits of a transaction the proxy opened around a guarded
@@ -42,8 +43,8 @@ type exchange struct {
 	own uint16
 	// conflict: a watched transaction that ended in a conflict (error
 	// conflictCode) while the proxy's own statements were queued behind
-	// the write; audited once their responses are read (auditDeferred).
-	conflict     *fencedTxn
+	// the write; audited once their responses are read (fencing's auditDeferred, through TakeConflict).
+	conflict     *fencing.Txn
 	conflictCode uint16
 }
 
@@ -60,7 +61,7 @@ type heldPacket struct {
 func (x *exchange) begin(seq byte) { *x = exchange{cmdSeq: seq, scratch: x.scratch[:0]} }
 
 // statement starts the response of one statement of the client's packet
-// that the proxy sends as a packet of its own (runOneByOne): its packets
+// that the proxy sends as a packet of its own (fencing's RunOneByOne): its packets
 // from backendFirst on reach the client from clientFirst on, and its end
 // says "more results follow" when more. Nothing of the statement before
 // (a held packet, its own transaction's bits, a conflict) carries over;

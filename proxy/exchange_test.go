@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"unsafe"
+
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 )
 
 // TestExchangeBeginResetsEverything: begin leaves nothing of the command
@@ -33,7 +35,7 @@ func TestExchangeBeginResetsEverything(t *testing.T) {
 // how far the client's response got.
 func TestExchangeStatementResets(t *testing.T) {
 	x := exchange{cmdSeq: 0, started: true, lastErr: true, limit: 5, more: true,
-		held: heldPacket{p: []byte{0}, seq: 3, eof: true}, own: 1, conflict: &fencedTxn{}, conflictCode: 1213}
+		held: heldPacket{p: []byte{0}, seq: 3, eof: true}, own: 1, conflict: &fencing.Txn{}, conflictCode: 1213}
 	x.statement(1, 4, false)
 	want := exchange{cmdSeq: 0, delta: 3, started: true, lastErr: true, limit: 5, conflictCode: 1213}
 	if !reflect.DeepEqual(x, want) {

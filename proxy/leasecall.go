@@ -13,7 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
-	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -156,7 +156,7 @@ func (c *clientConn) runLeaseCall(rt *runtime, call *rewrite.LeaseCall, args []w
 				return err
 			}
 			c.p.metrics.leaseCalls(name, "error").Inc()
-			if err := c.fence.noteError(be.Code); err != nil {
+			if err := c.fence.NoteError(be.Code); err != nil {
 				return err
 			}
 			return c.sendError(be.Code, be.State, be.Msg)
@@ -318,11 +318,11 @@ func (c *clientConn) leaseConn(ctx context.Context) (lease.Conn, func(), error) 
 
 // sessionLease reads the session's fence context from its variables.
 func (c *clientConn) sessionLease(rt *runtime) (lease.Lease, bool, error) {
-	rows, err := c.backendQuery(lease.SessionVarsSQL(leaseVars(rt.policy)))
+	rows, err := c.backendQuery(lease.SessionVarsSQL(fencing.LeaseVars(rt.policy)))
 	if err != nil {
 		return lease.Lease{}, false, err
 	}
-	l, ok, valid := lease.ReadSessionVars(toFields(rows))
+	l, ok, valid := lease.ReadSessionVars(fencing.ToFields(rows))
 	if !valid {
 		return lease.Lease{}, false, errors.New("reading the fence variables: unexpected result")
 	}
@@ -331,12 +331,8 @@ func (c *clientConn) sessionLease(rt *runtime) (lease.Lease, bool, error) {
 
 // setFenceVars sets the session's fence variables to a lease just acquired.
 func (c *clientConn) setFenceVars(rt *runtime, l lease.Lease) error {
-	_, err := c.backendExec(lease.SetVarsSQL(leaseVars(rt.policy), l))
+	_, err := c.backendExec(lease.SetVarsSQL(fencing.LeaseVars(rt.policy), l))
 	return err
-}
-
-func leaseVars(pol *policy.Policy) lease.Vars {
-	return lease.Vars{Lease: pol.Vars.Lease, Owner: pol.Vars.Owner, Token: pol.Vars.Token}
 }
 
 // sessionConn runs lease statements in the client's own session.

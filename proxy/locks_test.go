@@ -5,6 +5,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -14,14 +15,14 @@ import (
 // rewrite/leaselock.go): where the server's state is uncertain the proxy
 // says unlocked.
 func TestTablesLockedTracking(t *testing.T) {
-	ok := func(status uint16) result { return result{ok: wire.OKPacket{Status: status}} }
-	fail := func(code uint16) result { return result{isErr: true, err: wire.ErrInfo{Code: code}} }
+	ok := func(status uint16) fencing.Result { return fencing.Result{OK: wire.OKPacket{Status: status}} }
+	fail := func(code uint16) fencing.Result { return fencing.Result{IsErr: true, Err: wire.ErrInfo{Code: code}} }
 	lockTables := rewrite.Stmt{Locks: rewrite.LocksTaken}
 	cases := []struct {
 		name   string
 		before bool
 		st     rewrite.Stmt
-		r      result
+		r      fencing.Result
 		want   bool
 	}{
 		{"lock tables", false, lockTables, ok(0), true},

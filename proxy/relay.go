@@ -45,27 +45,6 @@ func (c *clientConn) relayPacket() (int, error) {
 // bytes) after the caller has copied or replaced it.
 func (c *clientConn) takeBackendPacket(n int) { c.backend.DiscardPacket(n) }
 
-// result is one statement result seen in a response: an OK, an ERR, or a
-// result set (ok then holds the terminator's status).
-type result struct {
-	isErr bool
-	isSet bool
-	ok    wire.OKPacket
-	err   wire.ErrInfo
-}
-
-// resultHook lets the fencing layer watch and amend results; nil on the hot
-// path.
-type resultHook interface {
-	// okPacket is called for every OK packet that ends a statement, before
-	// it is written. It may return a replacement payload (same sequence
-	// number), or hold=true for the final packet of the response, which is
-	// then copied to c.x.held.p instead of being written.
-	okPacket(payload []byte, ok wire.OKPacket, final bool) (replace []byte, hold bool)
-	// result is called for every result, in order.
-	result(r result)
-}
-
 // relayConflict relays the ERR (payload of n bytes, next from the backend)
 // that ends a watched fenced transaction in a conflict, after its audit
 // record is written: the record may need a query of the proxy's own, so
@@ -78,7 +57,7 @@ func (c *clientConn) relayConflict(n int, code uint16) error {
 	seq := pkt[3]
 	p := append([]byte(nil), pkt[wire.HeaderLen:]...)
 	c.takeBackendPacket(n)
-	if err := c.fence.noteError(code); err != nil {
+	if err := c.fence.NoteError(code); err != nil {
 		return err
 	}
 	c.x.started = true

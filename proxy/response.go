@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 )
 
@@ -27,7 +28,7 @@ func (s *sessionStatus) ErrSeen()         { s.statusStale = true }
 // nothing.
 type relayer struct {
 	c    *clientConn
-	hook resultHook
+	hook fencing.Hook
 	// holdEnd: the response's final OK or result set terminator goes to
 	// the exchange's held packet instead of the client (relayHolding).
 	holdEnd bool
@@ -35,7 +36,7 @@ type relayer struct {
 
 // relayResults streams the response to COM_QUERY or COM_STMT_EXECUTE: one or
 // more results chained by SERVER_MORE_RESULTS_EXISTS.
-func (c *clientConn) relayResults(hook resultHook) error {
+func (c *clientConn) relayResults(hook fencing.Hook) error {
 	c.relay = relayer{c: c, hook: hook}
 	return c.walker().Response(&c.relay)
 }
@@ -44,7 +45,7 @@ func (c *clientConn) relayResults(hook resultHook) error {
 // OK or result set terminator back in the exchange (x.held): a guarded
 // write's, which goes out once its transaction committed or its lease was
 // rechecked (writeHeld), or never.
-func (c *clientConn) relayHolding(hook resultHook) error {
+func (c *clientConn) relayHolding(hook fencing.Hook) error {
 	c.relay = relayer{c: c, hook: hook, holdEnd: true}
 	return c.walker().Response(&c.relay)
 }
@@ -62,7 +63,7 @@ func (r *relayer) Ok(payload []byte, n int, ok wire.OKPacket, final bool) error 
 		_, err := c.relayPacket()
 		return err
 	}
-	replace, hold := r.hook.okPacket(payload, ok, final)
+	replace, hold := r.hook.OKPacket(payload, ok, final)
 	switch {
 	case (hold || r.holdEnd) && final:
 		c.holdBackendPacket(n)
@@ -78,7 +79,7 @@ func (r *relayer) Ok(payload []byte, n int, ok wire.OKPacket, final bool) error 
 			return err
 		}
 	}
-	r.hook.result(result{ok: ok})
+	r.hook.Result(fencing.Result{OK: ok})
 	return nil
 }
 
@@ -86,20 +87,19 @@ func (r *relayer) Err(payload []byte, n int, inSet bool) error {
 	c := r.c
 	c.x.lastErr = true
 	if e := wire.ParseErr(payload); e.Code == lease.GuardErrno && e.State == lease.GuardSQLState {
-		c.fence.auditGuardError(c.p.rt.Load(), r.hook, e)
+		c.fence.AuditGuardError(c.p.rt.Load().fenceRT(), r.hook, e)
 	}
 	if !inSet {
 		code := wire.ParseErr(payload).Code
 		if r.hook != nil {
-			r.hook.result(result{isErr: true, err: wire.ParseErr(payload)})
+			r.hook.Result(fencing.Result{IsErr: true, Err: wire.ParseErr(payload)})
 		}
-		if c.fence.fenced != nil && c.fence.engineConflict(code) {
+		if c.fence.EndsWatched(code) {
 			if r.holdEnd {
 				// The proxy's COMMIT is queued behind this write: its
 				// response comes first, so the record (which may need a
-				// query of the proxy's own) waits for guardedWrite.
-				c.x.conflict, c.x.conflictCode = c.fence.fenced, code
-				c.fence.fenced = nil
+				// query of the proxy's own) waits for the fencing layer's guardedWrite.
+				c.x.conflict, c.x.conflictCode = c.fence.TakeWatched(), code
 			} else {
 				return c.relayConflict(n, code)
 			}
@@ -163,6 +163,6 @@ func (r *relayer) SetEnd(n int, st uint16, final bool) error {
 
 func (r *relayer) SetDone(st uint16) {
 	if r.hook != nil {
-		r.hook.result(result{isSet: true, ok: wire.OKPacket{Status: st}})
+		r.hook.Result(fencing.Result{IsSet: true, OK: wire.OKPacket{Status: st}})
 	}
 }

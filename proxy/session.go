@@ -99,7 +99,7 @@ func (c *clientConn) forgetSessionState() {
 	c.sess.ANSIQuotes = rewrite.Unknown
 	c.sess.Oracle = rewrite.Unknown
 	c.setTablesLocked(false)
-	c.fence.fenced = nil // the reset ended the transaction
+	c.fence.Forget() // the reset ended the transaction
 }
 
 // collationUnsafe reports whether a client character set named by collation

@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -119,17 +121,17 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		d = rewrite.Decision{Action: rewrite.Refuse, Refusal: r}
 	}
 	if r := c.xaRefusal(d.Stmts); r != nil {
-		if rt.policy.Mode != modeShadow {
+		if rt.policy.Mode != policy.ModeShadow {
 			c.consumeCommand(payload, inPlace)
-			return c.fence.refuse(rt, r, string(payload[1:]))
+			return c.fence.Refuse(rt.fenceRT(), r, string(payload[1:]))
 		}
-		c.fence.auditRefusal(rt, r, string(payload[1:]), "shadow")
+		c.fence.AuditRefusal(rt.fenceRT(), r, string(payload[1:]), "shadow")
 	}
 	switch d.Action {
 	case rewrite.Refuse:
 		sql := rewrite.DigestInput(payload[1:]) // all that the audit record's digest reads
 		c.consumeCommand(payload, inPlace)
-		return c.fence.refuse(rt, d.Refusal, sql)
+		return c.fence.Refuse(rt.fenceRT(), d.Refusal, sql)
 	case rewrite.Answer:
 		c.consumeCommand(payload, inPlace)
 		return c.answerLeaseCall(rt, d.Call)
@@ -140,13 +142,13 @@ func (c *clientConn) comQuery(rt *runtime) error {
 			c.p.metrics.stmtForwarded.Inc() // only a statement fence's keys removed
 		}
 		c.consumeCommand(payload, inPlace)
-		if len(d.Stmts) > 1 && (rt.policy.OnStale == onStaleError && hasWrite(d.Stmts) || c.fence.hasGuarded(d.Stmts)) {
-			return c.fence.runOneByOne(rt, d.SQL, d.Stmts)
+		if len(d.Stmts) > 1 && (rt.policy.OnStale == policy.OnStaleError && hasWrite(d.Stmts) || c.fence.HasGuarded(d.Stmts)) {
+			return c.fence.RunOneByOne(rt.fenceRT(), d.SQL, d.Stmts)
 		}
 		if len(d.Stmts) == 1 {
-			if f := c.fence.guardOf(&d.Stmts[0]); f != nil {
+			if f := c.fence.GuardOf(&d.Stmts[0]); f != nil {
 				sql := d.SQL
-				return c.fence.guarded(rt, f, d.Stmts, func() error { return c.sendRewritten(mysql.COM_QUERY, sql) }, nil)
+				return c.fence.Guarded(rt.fenceRT(), f, d.Stmts, func() error { return c.sendRewritten(mysql.COM_QUERY, sql) }, nil)
 			}
 		}
 		if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
@@ -158,8 +160,8 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		} else {
 			c.p.metrics.stmtForwarded.Inc()
 		}
-		if rt.policy.Mode == modeShadow {
-			if err := c.fence.shadowCheck(rt, d.Stmts); err != nil {
+		if rt.policy.Mode == policy.ModeShadow {
+			if err := c.fence.ShadowCheck(rt.fenceRT(), d.Stmts); err != nil {
 				return err
 			}
 			if d.SQL != nil {
@@ -167,19 +169,19 @@ func (c *clientConn) comQuery(rt *runtime) error {
 				if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
 					return err
 				}
-				t := newTracker(&c.fence, rt, d.Stmts, len(d.Stmts) == 1)
+				t := fencing.NewTracker(&c.fence, rt.fenceRT(), d.Stmts, len(d.Stmts) == 1)
 				if err := c.relayResults(t); err != nil {
 					return err
 				}
-				return t.finish()
+				return t.Finish()
 			}
-		} else if len(d.Stmts) > 1 && c.fence.hasGuarded(d.Stmts) {
+		} else if len(d.Stmts) > 1 && c.fence.HasGuarded(d.Stmts) {
 			sql := append([]byte(nil), payload[1:]...)
 			c.consumeCommand(payload, inPlace)
-			return c.fence.runOneByOne(rt, sql, d.Stmts)
+			return c.fence.RunOneByOne(rt.fenceRT(), sql, d.Stmts)
 		} else if len(d.Stmts) == 1 {
-			if f := c.fence.guardOf(&d.Stmts[0]); f != nil {
-				return c.fence.guarded(rt, f, d.Stmts, func() error { return c.sendOriginal(payload, inPlace) },
+			if f := c.fence.GuardOf(&d.Stmts[0]); f != nil {
+				return c.fence.Guarded(rt.fenceRT(), f, d.Stmts, func() error { return c.sendOriginal(payload, inPlace) },
 					func() error { c.consumeCommand(payload, inPlace); return nil })
 			}
 		}
@@ -187,24 +189,11 @@ func (c *clientConn) comQuery(rt *runtime) error {
 			return err
 		}
 	}
-	t := newTracker(&c.fence, rt, d.Stmts, len(d.Stmts) == 1)
+	t := fencing.NewTracker(&c.fence, rt.fenceRT(), d.Stmts, len(d.Stmts) == 1)
 	if err := c.relayResults(t); err != nil {
 		return err
 	}
-	return t.finish()
-}
-
-// guarded runs a packet of one guarded write (see guardedWrite). drop nil:
-// the client's command was consumed already.
-func (fg *fencing) guarded(rt *runtime, f *rewrite.Fence, stmts []rewrite.Stmt, send, drop func() error) error {
-	if drop == nil {
-		drop = func() error { return nil }
-	}
-	t := newTracker(fg, rt, stmts, true)
-	if err := fg.guardedWrite(rt, f, t, send, drop); err != nil {
-		return err
-	}
-	return t.finish()
+	return t.Finish()
 }
 
 // comPrepare handles COM_STMT_PREPARE: the statement is fenced once and the
@@ -220,7 +209,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 		sql := rewrite.DigestInput(payload[1:]) // all that the audit record's digest reads
 		c.consumeCommand(payload, inPlace)
 		c.stmts.failed()
-		return c.fence.refuse(rt, d.Refusal, sql)
+		return c.fence.Refuse(rt.fenceRT(), d.Refusal, sql)
 	case rewrite.Answer:
 		c.consumeCommand(payload, inPlace)
 		return c.prepareLeaseCall(rt, d.Call)
@@ -263,7 +252,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	}
 	// A guarded write is prepared as it was written; every execution is
 	// guarded.
-	ps := &preparedStmt{gen: rt.gen, fenced: sendsFence(d) || len(d.Stmts) == 1 && c.fence.guardOf(&d.Stmts[0]) != nil,
+	ps := &preparedStmt{gen: rt.gen, fenced: sendsFence(d) || len(d.Stmts) == 1 && c.fence.GuardOf(&d.Stmts[0]) != nil,
 		text: string(payload[1:])}
 	if len(d.Stmts) == 1 {
 		ps.stmt = d.Stmts[0]
@@ -299,8 +288,8 @@ func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decis
 		ask: func() rewrite.Decision { return ask(eng) },
 	})
 	d = c.unguardedRefusal(rt, d)
-	if rt.policy.Mode == modeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
-		d = c.fence.shadow(rt, d, sql)
+	if rt.policy.Mode == policy.ModeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
+		d = c.fence.Shadow(rt.fenceRT(), d, sql)
 	}
 	return d
 }
@@ -400,17 +389,17 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 			if _, err := c.client.SkipPacket(); err != nil {
 				return err
 			}
-			return c.fence.refuse(rt, r, ps.text)
+			return c.fence.Refuse(rt.fenceRT(), r, ps.text)
 		}
 	}
 	if r := c.xaRefusal([]rewrite.Stmt{ps.stmt}); r != nil {
-		if rt.policy.Mode != modeShadow {
+		if rt.policy.Mode != policy.ModeShadow {
 			if _, err := c.client.SkipPacket(); err != nil {
 				return err
 			}
-			return c.fence.refuse(rt, r, ps.text)
+			return c.fence.Refuse(rt.fenceRT(), r, ps.text)
 		}
-		c.fence.auditRefusal(rt, r, ps.text, "shadow")
+		c.fence.AuditRefusal(rt.fenceRT(), r, ps.text, "shadow")
 	}
 	if ps.stmt.Kind == rewrite.Other && ps.stmt.Locks == rewrite.LocksKept {
 		if err := c.forwardCommand(); err != nil {
@@ -418,13 +407,13 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 		}
 		return c.relayResults(nil)
 	}
-	if rt.policy.Mode == modeShadow {
-		if err := c.fence.shadowCheck(rt, []rewrite.Stmt{ps.stmt}); err != nil {
+	if rt.policy.Mode == policy.ModeShadow {
+		if err := c.fence.ShadowCheck(rt.fenceRT(), []rewrite.Stmt{ps.stmt}); err != nil {
 			return err
 		}
 	}
-	if f := c.fence.guardOf(&ps.stmt); f != nil && rt.policy.Mode != modeShadow {
-		return c.fence.guarded(rt, f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
+	if f := c.fence.GuardOf(&ps.stmt); f != nil && rt.policy.Mode != policy.ModeShadow {
+		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
 			_, err := c.client.SkipPacket()
 			return err
 		})
@@ -432,11 +421,11 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 	if err := c.forwardCommand(); err != nil {
 		return err
 	}
-	t := newTracker(&c.fence, rt, []rewrite.Stmt{ps.stmt}, true)
+	t := fencing.NewTracker(&c.fence, rt.fenceRT(), []rewrite.Stmt{ps.stmt}, true)
 	if err := c.relayResults(t); err != nil {
 		return err
 	}
-	return t.finish()
+	return t.Finish()
 }
 
 func hasWrite(stmts []rewrite.Stmt) bool { return writeFence(stmts) != nil }
@@ -456,19 +445,6 @@ func writeFence(stmts []rewrite.Stmt) *rewrite.Fence {
 		}
 	}
 	return nil
-}
-
-// shadow turns a decision into what shadow mode does: the client's text goes
-// to the server unchanged; a statement that would be refused is audited
-// now, a protected write after its result (the tracker checks its lease).
-func (fg *fencing) shadow(rt *runtime, d rewrite.Decision, sql []byte) rewrite.Decision {
-	if d.Action == rewrite.Refuse {
-		fg.auditRefusal(rt, d.Refusal, rewrite.DigestInput(sql), "shadow")
-		return rewrite.Decision{Action: rewrite.Forward}
-	}
-	// Statement fences' keys leave the text all the same (SQL: see
-	// Decision.Stripped).
-	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts, SQL: d.Stripped}
 }
 
 // learnSQLMode asks the session for its sql_mode, for a statement that reads
@@ -548,7 +524,7 @@ func (c *clientConn) xaRefusal(stmts []rewrite.Stmt) *rewrite.Refusal {
 			xa = true
 			continue
 		}
-		f := c.fence.fenceOf(st)
+		f := c.fence.FenceOf(st)
 		if !xa || f == nil {
 			continue
 		}

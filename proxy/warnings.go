@@ -12,9 +12,10 @@ import (
 // TiDB empties SHOW WARNINGS at every statement but SHOW WARNINGS itself,
 // COMMIT included, so the COMMIT of the transaction the proxy wraps around
 // an autocommit guarded write would leave the client's next SHOW WARNINGS
-// empty where a direct session lists the write's warnings. guardedWrite
-// reads SHOW WARNINGS before that COMMIT and keeps TiDB's packets (c.warn)
-// when the write's OK counted warnings or the write failed; the client's
+// empty where a direct session lists the write's warnings. The fencing
+// layer's guardedWrite reads SHOW WARNINGS before that COMMIT and has the
+// connection keep TiDB's packets (c.warn) when the write's OK counted
+// warnings or the write failed; the client's
 // next command, if it is exactly SHOW WARNINGS or SHOW COUNT(*) WARNINGS
 // (neither empties them on TiDB), gets them, and anything else drops them
 // (what it does on the server empties the warnings there too). Measured on
@@ -23,20 +24,9 @@ import (
 // @@warning_count goes to the server as before (its column is named as
 // the client wrote it).
 
-// keptWarnings is TiDB's SHOW WARNINGS response (pkts) and the count SHOW
-// COUNT(*) WARNINGS gives: the OK's warning count, which may exceed the
-// rows (max_error_count), or the rows after an ERR.
-type keptWarnings struct {
-	pkts  warnPackets
-	count uint64
-}
-
-// warnPackets is a SHOW WARNINGS response as read, to answer it again.
-type warnPackets = *wire.Recorded
-
 // readWarnings reads the response to the proxy's SHOW WARNINGS: its
 // packets, or nil when it failed.
-func (c *clientConn) readWarnings() (warnPackets, error) {
+func (c *clientConn) readWarnings() (*wire.Recorded, error) {
 	return c.walker().Record()
 }
 
@@ -49,7 +39,7 @@ func heldWarnings(h heldPacket) uint16 { return wire.Warnings(h.p, h.eof) }
 func (c *clientConn) answerWarnings() error {
 	c.warn = c.prevWarn
 	c.x.started = true
-	err := c.warn.pkts.Replay(c.client, c.x.cmdSeq+1, func(st uint16) uint16 {
+	err := c.warn.Packets.Replay(c.client, c.x.cmdSeq+1, func(st uint16) uint16 {
 		return c.x.endStatus(st &^ (mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY))
 	})
 	if errors.Is(err, wire.ErrMalformed) {
@@ -65,5 +55,5 @@ var warnCountCol = wire.Column{Name: "Count", Type: mysql.MYSQL_TYPE_LONG, Chars
 // warnings, and keeps them.
 func (c *clientConn) answerWarningCount() error {
 	c.warn = c.prevWarn
-	return c.writeResultSet([]wire.Column{warnCountCol}, [][]wire.Value{{{S: strconv.FormatUint(c.warn.count, 10)}}}, false)
+	return c.writeResultSet([]wire.Column{warnCountCol}, [][]wire.Value{{{S: strconv.FormatUint(c.warn.Count, 10)}}}, false)
 }

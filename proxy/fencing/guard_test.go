@@ -1,6 +1,7 @@
-package proxy
+package fencing
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,9 +18,9 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-// The fencing layer's unit tests: guardedWrite and the tracker driven
-// through the fencing layer's interfaces (sessionView, ownRunner,
-// responder, sessionEffects) by fakeFence, which answers the proxy's own
+// The fencing layer's unit tests: guardedWrite and the Tracker driven
+// through the fencing layer's interfaces (Session, Runner,
+// Responder, Effects) by fakeFence, which answers the proxy's own
 // statements from a script. What each verdict and engine sends to the
 // backend, in order, what the client gets and what is audited are
 // checked here without a server; that the statements do what the script
@@ -112,10 +113,10 @@ type fakeFence struct {
 	pending []fakeAnswer
 	lastAff uint64
 	sent    []string
-	x       exchange
+	x       fakeExchange
 	client  []string
 	records []audit.Record
-	kept    *keptWarnings
+	kept    *KeptWarnings
 }
 
 func values(s []string) []wire.Value {
@@ -160,18 +161,18 @@ func (f *fakeFence) answer(l string) fakeAnswer {
 	return fakeAnswer{}
 }
 
-// sessionView
-func (f *fakeFence) server() rewrite.Server                      { return f.srv }
-func (f *fakeFence) serverStatus() uint16                        { return f.status }
-func (f *fakeFence) inTransaction() bool                         { return f.status&mysql.SERVER_STATUS_IN_TRANS != 0 }
-func (f *fakeFence) locksHeld() bool                             { return f.locks }
-func (f *fakeFence) namedStmt(string) *rewrite.Stmt              { return nil }
-func (f *fakeFence) digest(sql string) string                    { return sql }
-func (f *fakeFence) log() *slog.Logger                           { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-func (f *fakeFence) applyResult(*runtime, *rewrite.Stmt, result) {}
+// Session
+func (f *fakeFence) Server() rewrite.Server                     { return f.srv }
+func (f *fakeFence) ServerStatus() uint16                       { return f.status }
+func (f *fakeFence) InTransaction() bool                        { return f.status&mysql.SERVER_STATUS_IN_TRANS != 0 }
+func (f *fakeFence) LocksHeld() bool                            { return f.locks }
+func (f *fakeFence) NamedStmt(string) *rewrite.Stmt             { return nil }
+func (f *fakeFence) Digest(sql string) string                   { return sql }
+func (f *fakeFence) Log() *slog.Logger                          { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func (f *fakeFence) ApplyResult(Runtime, *rewrite.Stmt, Result) {}
 
-// ownRunner
-func (f *fakeFence) queue(sql string) error {
+// Runner
+func (f *fakeFence) Queue(sql string) error {
 	l := label(sql)
 	if l == sGuard && f.srv.Galera && !strings.HasPrefix(sql, "UPDATE ") {
 		l = sClassify
@@ -182,7 +183,7 @@ func (f *fakeFence) queue(sql string) error {
 	f.pending = append(f.pending, a)
 	return nil
 }
-func (f *fakeFence) flush() error { return nil }
+func (f *fakeFence) Flush() error { return nil }
 func (f *fakeFence) pop() fakeAnswer {
 	if len(f.pending) == 0 {
 		panic("read with nothing sent")
@@ -191,7 +192,7 @@ func (f *fakeFence) pop() fakeAnswer {
 	f.pending = f.pending[1:]
 	return a
 }
-func (f *fakeFence) read() ([][]wire.Value, error) {
+func (f *fakeFence) Read() ([][]wire.Value, error) {
 	a := f.pop()
 	if a.write {
 		panic("the proxy read the client's write's response as its own")
@@ -207,17 +208,17 @@ func (f *fakeFence) read() ([][]wire.Value, error) {
 	}
 	return a.rows, nil
 }
-func (f *fakeFence) affected() uint64 { return f.lastAff }
-func (f *fakeFence) query(sql string) ([][]wire.Value, error) {
-	f.queue(sql)
-	return f.read()
+func (f *fakeFence) Affected() uint64 { return f.lastAff }
+func (f *fakeFence) Query(sql string) ([][]wire.Value, error) {
+	f.Queue(sql)
+	return f.Read()
 }
-func (f *fakeFence) exec(sql string) (uint64, error) {
-	f.queue(sql)
-	_, err := f.read()
+func (f *fakeFence) Exec(sql string) (uint64, error) {
+	f.Queue(sql)
+	_, err := f.Read()
 	return f.lastAff, err
 }
-func (f *fakeFence) sendStatement([]byte) error { return f.sendWrite() }
+func (f *fakeFence) SendStatement([]byte) error { return f.sendWrite() }
 func (f *fakeFence) sendWrite() error {
 	f.sent = append(f.sent, sWrite)
 	a := f.write
@@ -225,35 +226,37 @@ func (f *fakeFence) sendWrite() error {
 	f.pending = append(f.pending, a)
 	return nil
 }
-func (f *fakeFence) learnStatus() error { return f.learnErr }
-func (f *fakeFence) statusUnknown()     {}
-func (f *fakeFence) readWarnings() (warnPackets, error) {
-	_, err := f.read()
+func (f *fakeFence) LearnStatus() error { return f.learnErr }
+func (f *fakeFence) StatusUnknown()     {}
+func (f *fakeFence) ReadWarnings() (*wire.Recorded, error) {
+	_, err := f.Read()
 	if _, ok := err.(*wire.ServerError); ok {
 		return nil, nil
 	}
 	return nil, err
 }
-func (f *fakeFence) broken(err error) error { return err }
+func (f *fakeFence) Broken(err error) error { return err }
 
-// responder
-func (f *fakeFence) holding() bool          { return f.x.held.p != nil }
-func (f *fakeFence) dropHeld()              { f.x.held.p = nil }
-func (f *fakeFence) heldWarnings() uint16   { return heldWarnings(f.x.held) }
-func (f *fakeFence) answered() bool         { return f.x.started }
-func (f *fakeFence) failed() bool           { return f.x.lastErr }
-func (f *fakeFence) moreFollows() bool      { return f.x.more }
-func (f *fakeFence) markEnd(ok []byte) bool { return f.x.markEnd(ok, false) }
-func (f *fakeFence) statement(first, more bool) {
-	f.x.statement(1, 1, more)
+// Responder
+func (f *fakeFence) Holding() bool        { return f.x.held != nil }
+func (f *fakeFence) DropHeld()            { f.x.held = nil }
+func (f *fakeFence) HeldWarnings() uint16 { return wire.Warnings(f.x.held, false) }
+func (f *fakeFence) Answered() bool       { return f.x.started }
+func (f *fakeFence) Failed() bool         { return f.x.lastErr }
+func (f *fakeFence) MoreFollows() bool    { return f.x.more }
+func (f *fakeFence) MarkEnd(ok []byte) bool {
+	return f.x.markEnd(ok)
 }
-func (f *fakeFence) ownTransaction(own uint16) { f.x.ownTransaction(own) }
-func (f *fakeFence) takeConflict() (*fencedTxn, uint16) {
+func (f *fakeFence) Statement(first, more bool) {
+	f.x.more, f.x.held, f.x.own, f.x.conflict = more, nil, 0, nil
+}
+func (f *fakeFence) OwnTransaction(own uint16) { f.x.own = own }
+func (f *fakeFence) TakeConflict() (*Txn, uint16) {
 	ft, code := f.x.conflict, f.x.conflictCode
 	f.x.conflict = nil
 	return ft, code
 }
-func (f *fakeFence) relayResponse(h resultHook, holdEnd bool) error {
+func (f *fakeFence) RelayResponse(h Hook, holdEnd bool) error {
 	a := f.pop()
 	if !a.write {
 		panic("relayed a response of the proxy's own to the client")
@@ -261,36 +264,36 @@ func (f *fakeFence) relayResponse(h resultHook, holdEnd bool) error {
 	if a.err != nil {
 		f.x.started, f.x.lastErr = true, true
 		f.client = append(f.client, fmt.Sprintf("ERR %d", a.err.Code))
-		h.result(result{isErr: true, err: a.err.ErrInfo})
+		h.Result(Result{IsErr: true, Err: a.err.ErrInfo})
 		return nil
 	}
 	st := a.status
 	ok := wire.OKPacket{AffectedRows: a.affected, Status: st}
 	payload := wire.OKPayload(a.affected, st)
-	_, hold := h.okPacket(payload, ok, true)
+	_, hold := h.OKPacket(payload, ok, true)
 	if holdEnd || hold {
-		f.x.held = heldPacket{p: payload, seq: 1}
+		f.x.held = payload
 	} else {
 		f.x.started = true
 		f.client = append(f.client, fmt.Sprintf("OK %d status %#x", a.affected, f.x.endStatus(st)))
 	}
-	h.result(result{ok: ok})
+	h.Result(Result{OK: ok})
 	return nil
 }
-func (f *fakeFence) sendError(code uint16, _, msg string) error {
+func (f *fakeFence) SendError(code uint16, _, msg string) error {
 	f.x.started, f.x.lastErr = true, true
 	f.client = append(f.client, fmt.Sprintf("ERR %d", code))
 	return nil
 }
-func (f *fakeFence) sendNoRows() error {
+func (f *fakeFence) SendNoRows() error {
 	f.x.started = true
 	f.client = append(f.client, "NOROWS")
 	return nil
 }
-func (f *fakeFence) writeHeld() error {
-	p := f.x.held.p
-	f.x.held.p = nil
-	if !f.x.markEnd(p, f.x.held.eof) {
+func (f *fakeFence) WriteHeld() error {
+	p := f.x.held
+	f.x.held = nil
+	if !f.x.markEnd(p) {
 		return fmt.Errorf("held packet")
 	}
 	ok, _ := wire.ParseOK(p)
@@ -298,13 +301,42 @@ func (f *fakeFence) writeHeld() error {
 	f.client = append(f.client, fmt.Sprintf("OK %d status %#x", ok.AffectedRows, ok.Status))
 	return nil
 }
-func (f *fakeFence) keepWarnings(w *keptWarnings)           { f.kept = w }
-func (f *fakeFence) audit(rec audit.Record, _ *runtime)     { f.records = append(f.records, rec) }
-func (f *fakeFence) countRefused(string, string, bool)      {}
-func (f *fakeFence) logLimited(logging.Key, string, ...any) {}
-func (f *fakeFence) testPanic(panicPoint)                   {}
+func (f *fakeFence) KeepWarnings(w *KeptWarnings)           { f.kept = w }
+func (f *fakeFence) Audit(rec audit.Record)                 { f.records = append(f.records, rec) }
+func (f *fakeFence) CountRefused(string, string, bool)      {}
+func (f *fakeFence) LogLimited(logging.Key, string, ...any) {}
+func (f *fakeFence) GuardHeld()                             {}
 
-func (f *fakeFence) fencing() *fencing { return &fencing{s: f, own: f, out: f, fx: f} }
+// fakeExchange is the client's side of the command as far as the fencing
+// layer reads or sets it, for OK packets: what the proxy's exchange
+// (proxy/exchange.go) keeps.
+type fakeExchange struct {
+	started, lastErr, more bool
+	held                   []byte // the held final OK's payload; nil: none
+	own                    uint16 // status bits of the proxy's own transaction
+	conflict               *Txn
+	conflictCode           uint16
+}
+
+// endStatus is the status flags the response's end shows: the server's,
+// less the proxy's own transaction, "more results" as the proxy says.
+func (x *fakeExchange) endStatus(st uint16) uint16 {
+	st &^= mysql.SERVER_MORE_RESULTS_EXISTS | x.own
+	if x.more {
+		st |= mysql.SERVER_MORE_RESULTS_EXISTS
+	}
+	return st
+}
+
+func (x *fakeExchange) markEnd(p []byte) bool {
+	off, ok := wire.StatusOffset(p, false)
+	if ok {
+		binary.LittleEndian.PutUint16(p[off:], x.endStatus(binary.LittleEndian.Uint16(p[off:])))
+	}
+	return ok
+}
+
+func (f *fakeFence) layer() *Layer { l := New(f, f, f, f); return &l }
 
 func (f *fakeFence) reasons() []string {
 	var out []string
@@ -316,14 +348,14 @@ func (f *fakeFence) reasons() []string {
 
 // unitRuntime is a runtime whose policy protects app.invoices under the
 // session's lease variable.
-func unitRuntime(t *testing.T, onStale string) *runtime {
+func unitRuntime(t *testing.T, onStale string) Runtime {
 	t.Helper()
 	cfg, err := policy.Parse("unit.yaml", []byte("listen: 127.0.0.1:0\nadmin: \"\"\nfencing:\n  on_stale: "+onStale+
 		"\ncatalog:\n  refresh: 0s\ntables:\n  - name: app.invoices\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &runtime{cfg: cfg, policy: cfg.Policy(1)}
+	return Runtime{Policy: cfg.Policy(1), Gen: 1}
 }
 
 var unitFence = &rewrite.Fence{Targets: []rewrite.Target{{Schema: "app", Table: "invoices"}}, Digest: "INSERT INTO invoices VALUES (?)", Guard: true}
@@ -381,12 +413,12 @@ func TestGuardedWriteVerdicts(t *testing.T) {
 							f.status = autocommit | inTrans
 						}
 						rt := unitRuntime(t, onStale)
-						fg := f.fencing()
-						tr := newTracker(fg, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: unitFence}}, true)
+						fg := f.layer()
+						tr := NewTracker(fg, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: unitFence}}, true)
 						if err := fg.guardedWrite(rt, unitFence, tr, f.sendWrite, func() error { return nil }); err != nil {
 							t.Fatal(err)
 						}
-						if err := tr.finish(); err != nil {
+						if err := tr.Finish(); err != nil {
 							t.Fatal(err)
 						}
 
@@ -539,17 +571,17 @@ func TestGuardedWriteCases(t *testing.T) {
 				fence = unitFence
 			}
 			rt := unitRuntime(t, onStale)
-			fg := f.fencing()
+			fg := f.layer()
 			if tc.eng != 0 {
 				// A guarded write on TiDB and Galera is watched for the
 				// engine's conflicts until its transaction ends.
 				defer func() { fg.fenced = nil }()
 			}
-			tr := newTracker(fg, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: fence}}, true)
+			tr := NewTracker(fg, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: fence}}, true)
 			if err := fg.guardedWrite(rt, fence, tr, f.sendWrite, func() error { return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if err := tr.finish(); err != nil {
+			if err := tr.Finish(); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(f.sent, tc.sent) {
@@ -602,19 +634,19 @@ func TestTrackerLeaseCheck(t *testing.T) {
 							f.errs = map[string]*wire.ServerError{sCheck: ck.err}
 						}
 						rt := unitRuntime(t, onStale)
-						fg := f.fencing()
+						fg := f.layer()
 						stmts := []rewrite.Stmt{{Kind: rewrite.Write, Fence: fence}}
 						if !single {
 							// The write is the last of two statements.
 							stmts = append([]rewrite.Stmt{{Kind: rewrite.Other}}, stmts...)
 						}
-						tr := newTracker(fg, rt, stmts, single)
+						tr := NewTracker(fg, rt, stmts, single)
 						tr.pos = len(stmts) - 1
 						f.sendWrite()
-						if err := fg.out.relayResponse(tr, false); err != nil {
+						if err := fg.out.RelayResponse(tr, false); err != nil {
 							t.Fatal(err)
 						}
-						err := tr.finish()
+						err := tr.Finish()
 						if ck.reason == "deadlock" && !single {
 							// The write's OK went out with the packet's
 							// other results; the rolled-back transaction
@@ -694,12 +726,12 @@ func TestGuardedWriteKeepsReadOnly(t *testing.T) {
 				statusAfter: map[string]uint16{sStart: start, sRollback: autocommit}}
 			f.status = autocommit
 			rt := unitRuntime(t, "zero_rows")
-			fg := f.fencing()
-			tr := newTracker(fg, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: unitFence}}, true)
+			fg := f.layer()
+			tr := NewTracker(fg, rt, []rewrite.Stmt{{Kind: rewrite.Write, Fence: unitFence}}, true)
 			if err := fg.guardedWrite(rt, unitFence, tr, f.sendWrite, func() error { return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if err := tr.finish(); err != nil {
+			if err := tr.Finish(); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(f.sent, tc.want) {

@@ -1,4 +1,4 @@
-package proxy
+package fencing
 
 import (
 	"strconv"
@@ -20,26 +20,26 @@ import (
 // transaction committed.
 const erWriteConflict = 9007
 
-// fencedTxn is a transaction on a TiDB or Galera backend that carries a guarded
+// Txn is a transaction on a TiDB or Galera backend that carries a guarded
 // write whose guard passed: if the transaction then ends in a write
 // conflict, that write was stopped by the engine, not by the guard, and is
 // audited as a conflict.
-type fencedTxn struct {
-	rt    *runtime
+type Txn struct {
+	rt    Runtime
 	fence *rewrite.Fence
 	v     verdict // what the guard read (reason "")
 }
 
 // watchConflicts remembers a guarded write that is about to go out.
-func (fg *fencing) watchConflicts(rt *runtime, f *rewrite.Fence, v verdict) {
-	if fg.s.server().Flavor == rewrite.TiDB || fg.s.server().Galera {
-		fg.fenced = &fencedTxn{rt: rt, fence: f, v: v}
+func (fg *Layer) watchConflicts(rt Runtime, f *rewrite.Fence, v verdict) {
+	if fg.s.Server().Flavor == rewrite.TiDB || fg.s.Server().Galera {
+		fg.fenced = &Txn{rt: rt, fence: f, v: v}
 	}
 }
 
-// noteTxnStatus forgets the watched transaction once the server says none
+// NoteTxnStatus forgets the watched transaction once the server says none
 // is open.
-func (fg *fencing) noteTxnStatus(st uint16) {
+func (fg *Layer) NoteTxnStatus(st uint16) {
 	if fg.fenced != nil && st&mysql.SERVER_STATUS_IN_TRANS == 0 {
 		fg.fenced = nil
 	}
@@ -48,17 +48,17 @@ func (fg *fencing) noteTxnStatus(st uint16) {
 // engineConflict reports whether code is the backend's "the transaction
 // was rolled back by a conflict" for the engines whose fenced
 // transactions the proxy watches: TiDB's 9007, and 1213 on Galera.
-func (fg *fencing) engineConflict(code uint16) bool {
-	return code == erWriteConflict && fg.s.server().Flavor == rewrite.TiDB || code == erConflict && fg.s.server().Galera
+func (fg *Layer) engineConflict(code uint16) bool {
+	return code == erWriteConflict && fg.s.Server().Flavor == rewrite.TiDB || code == erConflict && fg.s.Server().Galera
 }
 
-// noteError looks at an ERR the server answered a statement of the client
+// NoteError looks at an ERR the server answered a statement of the client
 // with (the guarded write itself, a later statement, or the client's
 // COMMIT): a write conflict in a watched transaction is audited and
 // counted, once per transaction (for its latest guarded write). The client
 // gets the server's error as it is, after the record is written. err is a
 // failure of the backend connection only.
-func (fg *fencing) noteError(code uint16) error {
+func (fg *Layer) NoteError(code uint16) error {
 	if fg.fenced == nil || !fg.engineConflict(code) {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (fg *fencing) noteError(code uint16) error {
 
 // auditConflict records a fenced write that did not commit because the
 // engine found a conflict on the lease row.
-func (fg *fencing) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code uint16) error {
+func (fg *Layer) auditConflict(rt Runtime, f *rewrite.Fence, v verdict, code uint16) error {
 	detail := "TiDB answered error " + strconv.Itoa(int(code)) + " (write conflict) in the transaction of this fenced " +
 		"write: a row it locked (the lease row, or another) was committed by another transaction after it began"
 	if v.table == "" && len(f.Targets) > 0 {
@@ -78,7 +78,7 @@ func (fg *fencing) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code 
 		v.table, v.lease = tg.Schema+"."+tg.Table, tg.Lease
 	}
 	switch {
-	case code == erConflict && fg.s.server().Galera:
+	case code == erConflict && fg.s.Server().Galera:
 		detail = "Galera answered error 1213 in the transaction of this fenced write: certification ordered a " +
 			"takeover or another write of the lease row first, and the transaction was rolled back"
 	case code == erConflict:
@@ -110,19 +110,19 @@ func (fg *fencing) auditConflict(rt *runtime, f *rewrite.Fence, v verdict, code 
 // it leaves the ERR the client is about to get in SHOW WARNINGS (measured
 // on MariaDB 10.11); FOUND_ROWS() then says 1. err is a failure of the
 // backend connection only.
-func (fg *fencing) readPresented(rt *runtime, f *rewrite.Fence, v *verdict) error {
+func (fg *Layer) readPresented(rt Runtime, f *rewrite.Fence, v *verdict) error {
 	gs, _, err := fg.guardsFor(rt, f)
 	if err != nil || len(gs) == 0 {
 		return nil
 	}
-	rows, err := fg.own.query(gs[0].VarsSQL)
+	rows, err := fg.own.Query(gs[0].VarsSQL)
 	if err != nil {
 		if _, ok := err.(*wire.ServerError); ok {
 			return nil
 		}
 		return err
 	}
-	pv, ok := gs[0].ReadVars(toFields(rows))
+	pv, ok := gs[0].ReadVars(ToFields(rows))
 	if !ok {
 		return nil
 	}
@@ -137,3 +137,21 @@ func (fg *fencing) readPresented(rt *runtime, f *rewrite.Fence, v *verdict) erro
 	}
 	return nil
 }
+
+// EndsWatched reports whether an ERR with code ends the watched
+// transaction in an engine conflict: the relay then has it audited
+// (NoteError, or after the proxy's own statements queued behind the
+// write, through Responder.TakeConflict).
+func (fg *Layer) EndsWatched(code uint16) bool { return fg.fenced != nil && fg.engineConflict(code) }
+
+// TakeWatched returns and forgets the watched transaction, for the relay
+// to hold until the proxy's own statements queued behind the write are
+// read.
+func (fg *Layer) TakeWatched() *Txn {
+	ft := fg.fenced
+	fg.fenced = nil
+	return ft
+}
+
+// Forget forgets the watched transaction: the session ended it (a reset).
+func (fg *Layer) Forget() { fg.fenced = nil }

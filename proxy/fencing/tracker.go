@@ -1,4 +1,4 @@
-package proxy
+package fencing
 
 import (
 	"github.com/fenceproxy/fenceproxy/policy"
@@ -6,19 +6,14 @@ import (
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
 
-const (
-	onStaleError = policy.OnStaleError
-	modeShadow   = policy.ModeShadow
-)
-
-// tracker follows the statements of one packet through their results: it
+// Tracker follows the statements of one packet through their results: it
 // applies session effects (USE, sql_mode, PREPARE ...) of the statements
 // that succeeded, and collects the protected writes whose result needs a
 // look at the lease: a fenced write that changed 0 rows may have been
 // rejected, or merely matched nothing.
-type tracker struct {
-	fg     *fencing
-	rt     *runtime
+type Tracker struct {
+	fg     *Layer
+	rt     Runtime
 	stmts  []rewrite.Stmt
 	pos    int  // statement whose result comes next
 	single bool // the packet holds one statement: its final OK may be held back
@@ -31,11 +26,14 @@ type pendingCheck struct {
 	pos   int // the statement's position in the packet
 }
 
-func newTracker(fg *fencing, rt *runtime, stmts []rewrite.Stmt, single bool) *tracker {
-	return &tracker{fg: fg, rt: rt, stmts: stmts, single: single}
+// NewTracker follows stmts, one packet's statements, through their results
+// under rt (single: the packet holds one statement). The relay takes it as
+// its Hook; Finish ends it.
+func NewTracker(fg *Layer, rt Runtime, stmts []rewrite.Stmt, single bool) *Tracker {
+	return &Tracker{fg: fg, rt: rt, stmts: stmts, single: single}
 }
 
-func (t *tracker) current() *rewrite.Stmt {
+func (t *Tracker) current() *rewrite.Stmt {
 	if t.pos < len(t.stmts) {
 		return &t.stmts[t.pos]
 	}
@@ -43,24 +41,27 @@ func (t *tracker) current() *rewrite.Stmt {
 }
 
 // fenceOf returns the protected write of st, resolving SQL-level EXECUTE.
-func (t *tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence { return t.fg.fenceOf(st) }
+func (t *Tracker) fenceOf(st *rewrite.Stmt) *rewrite.Fence { return t.fg.FenceOf(st) }
 
-// fenceOf returns the protected write of st, resolving SQL-level EXECUTE.
-func (fg *fencing) fenceOf(st *rewrite.Stmt) *rewrite.Fence {
+// FenceOf returns the protected write of st, resolving SQL-level EXECUTE.
+func (fg *Layer) FenceOf(st *rewrite.Stmt) *rewrite.Fence {
 	switch st.Kind {
 	case rewrite.Write:
 		return st.Fence
 	case rewrite.Execute:
-		if ps := fg.s.namedStmt(st.Name); ps != nil && ps.Kind == rewrite.Write {
+		if ps := fg.s.NamedStmt(st.Name); ps != nil && ps.Kind == rewrite.Write {
 			return ps.Fence
 		}
 	}
 	return nil
 }
 
-func (t *tracker) enforcing() bool { return t.rt.policy.Mode != modeShadow }
+func (t *Tracker) enforcing() bool { return t.rt.Policy.Mode != policy.ModeShadow }
 
-func (t *tracker) okPacket(payload []byte, ok wire.OKPacket, final bool) ([]byte, bool) {
+// OKPacket holds back a lone fenced write's 0-row final OK for its lease
+// check, and marks a final OK "more results follow" when the proxy runs
+// the packet one statement at a time (Hook).
+func (t *Tracker) OKPacket(payload []byte, ok wire.OKPacket, final bool) ([]byte, bool) {
 	st := t.current()
 	if st == nil {
 		return t.patchMore(payload, final), false
@@ -78,82 +79,84 @@ func (t *tracker) okPacket(payload []byte, ok wire.OKPacket, final bool) ([]byte
 
 // patchMore is the final OK with "more results" set when the proxy runs a
 // multi-statement packet one statement at a time, nil when it goes as it is.
-func (t *tracker) patchMore(payload []byte, final bool) []byte {
-	if !final || !t.fg.out.moreFollows() {
+func (t *Tracker) patchMore(payload []byte, final bool) []byte {
+	if !final || !t.fg.out.MoreFollows() {
 		return nil
 	}
 	out := append([]byte(nil), payload...)
-	t.fg.out.markEnd(out)
+	t.fg.out.MarkEnd(out)
 	return out
 }
 
-func (t *tracker) result(r result) {
+// Result applies a statement's result to the session and notes a 0-row
+// fenced write whose lease must be checked (Hook).
+func (t *Tracker) Result(r Result) {
 	st := t.current()
 	if st == nil {
 		return
 	}
-	t.fg.fx.applyResult(t.rt, st, r)
-	if !r.isErr {
+	t.fg.fx.ApplyResult(t.rt, st, r)
+	if !r.IsErr {
 		// In shadow mode the lease was checked before the statement went out.
 		// A guarded write's lease was checked before it went out.
-		if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && !r.isSet && r.ok.AffectedRows == 0 &&
+		if f := t.fenceOf(st); f != nil && !f.Guard && t.enforcing() && !r.IsSet && r.OK.AffectedRows == 0 &&
 			!(t.held != nil && t.held.fence == f) {
 			t.checks = append(t.checks, pendingCheck{fence: f, pos: t.pos})
 		}
 	}
 	// A CALL's result sets all belong to it; its OK or ERR ends it.
-	if st.Kind != rewrite.Call || !r.isSet {
+	if st.Kind != rewrite.Call || !r.IsSet {
 		t.pos++
 	}
 }
 
-// finish classifies what the response left undecided, writes a held OK or
+// Finish classifies what the response left undecided, writes a held OK or
 // the ERR that replaces it, and audits rejected writes.
-func (t *tracker) finish() error {
+func (t *Tracker) Finish() error {
 	fg := t.fg
 	if t.held != nil {
 		v, err := fg.classify(t.rt, t.held.fence, true)
 		if be, ok := err.(*wire.ServerError); ok && be.Code == erConflict {
 			// The check's locking read was chosen as a deadlock's victim:
 			// the transaction, this write with it, was rolled back.
-			fg.out.dropHeld()
+			fg.out.DropHeld()
 			if err := fg.auditConflict(t.rt, t.held.fence, verdict{}, be.Code); err != nil {
 				return err
 			}
-			return fg.out.sendError(be.Code, be.State, be.Msg)
+			return fg.out.SendError(be.Code, be.State, be.Msg)
 		}
 		if be, ok := err.(*wire.ServerError); ok && be.Code == erLockWait {
 			// The write's fence may have failed. Under on_stale: error
 			// its 0 rows must not reach the client as if it had held:
 			// the client gets the engine's error (the write changed
 			// nothing); under zero_rows the write's own 0 rows.
-			if t.rt.policy.OnStale != onStaleError {
+			if t.rt.Policy.OnStale != policy.OnStaleError {
 				if err := fg.auditLockWait(t.rt, t.held.fence, "zero_rows"); err != nil {
 					return err
 				}
-				if err := fg.out.writeHeld(); err != nil {
+				if err := fg.out.WriteHeld(); err != nil {
 					return err
 				}
 				return t.restoreRowCount(t.held.pos)
 			}
-			fg.out.dropHeld()
+			fg.out.DropHeld()
 			if err := fg.auditLockWait(t.rt, t.held.fence, "error"); err != nil {
 				return err
 			}
-			return fg.out.sendError(be.Code, be.State, be.Msg)
+			return fg.out.SendError(be.Code, be.State, be.Msg)
 		}
 		if err != nil {
 			return err
 		}
 		switch {
-		case v.rejected() && t.rt.policy.OnStale == onStaleError:
+		case v.rejected() && t.rt.Policy.OnStale == policy.OnStaleError:
 			fg.auditStale(t.rt, t.held.fence, v, "error")
-			fg.out.dropHeld()
-			return fg.out.sendError(erSignal, "45000", v.message())
+			fg.out.DropHeld()
+			return fg.out.SendError(erSignal, "45000", v.message())
 		case v.rejected():
 			fg.auditStale(t.rt, t.held.fence, v, "zero_rows")
 		}
-		if err := fg.out.writeHeld(); err != nil {
+		if err := fg.out.WriteHeld(); err != nil {
 			return err
 		}
 		return t.restoreRowCount(t.held.pos)
@@ -188,11 +191,11 @@ func (t *tracker) finish() error {
 // (LAST_INSERT_ID stays; the write was rejected or changed nothing, so
 // there were no warnings to keep). Only a packet's last statement leaves
 // its ROW_COUNT() to the next one.
-func (t *tracker) restoreRowCount(pos int) error {
-	if pos != len(t.stmts)-1 || t.fg.out.failed() {
+func (t *Tracker) restoreRowCount(pos int) error {
+	if pos != len(t.stmts)-1 || t.fg.out.Failed() {
 		return nil
 	}
-	_, err := t.fg.own.exec("DO 0")
+	_, err := t.fg.own.Exec("DO 0")
 	return err
 }
 
@@ -200,9 +203,9 @@ func (t *tracker) restoreRowCount(pos int) error {
 // a packet before it goes out unchanged, and audits those a fence would
 // reject. Checking before keeps the write's own results (affected rows,
 // ROW_COUNT()) what the client would see without the proxy.
-func (fg *fencing) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
+func (fg *Layer) ShadowCheck(rt Runtime, stmts []rewrite.Stmt) error {
 	for i := range stmts {
-		f := fg.fenceOf(&stmts[i])
+		f := fg.FenceOf(&stmts[i])
 		if f == nil {
 			continue
 		}
@@ -217,19 +220,19 @@ func (fg *fencing) shadowCheck(rt *runtime, stmts []rewrite.Stmt) error {
 	return nil
 }
 
-// runOneByOne runs a multi-statement packet holding a protected write one
+// RunOneByOne runs a multi-statement packet holding a protected write one
 // statement at a time: each guarded write needs its guard just before it,
 // and under on_stale: error a rejected write ends the packet with its ERR
 // exactly where the server would have stopped after an error, so later
 // statements never run.
-func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) error {
+func (fg *Layer) RunOneByOne(rt Runtime, sql []byte, stmts []rewrite.Stmt) error {
 	for i := range stmts {
 		st := stmts[i]
-		fg.out.statement(i == 0, i < len(stmts)-1)
+		fg.out.Statement(i == 0, i < len(stmts)-1)
 		text := sql[st.Span[0]:st.Span[1]]
-		send := func() error { return fg.own.sendStatement(text) }
-		t := newTracker(fg, rt, stmts[i:i+1], true)
-		if f := fg.guardOf(&st); f != nil && t.enforcing() {
+		send := func() error { return fg.own.SendStatement(text) }
+		t := NewTracker(fg, rt, stmts[i:i+1], true)
+		if f := fg.GuardOf(&st); f != nil && t.enforcing() {
 			if err := fg.guardedWrite(rt, f, t, send, func() error { return nil }); err != nil {
 				return err
 			}
@@ -237,16 +240,29 @@ func (fg *fencing) runOneByOne(rt *runtime, sql []byte, stmts []rewrite.Stmt) er
 			if err := send(); err != nil {
 				return err
 			}
-			if err := fg.out.relayResponse(t, false); err != nil {
+			if err := fg.out.RelayResponse(t, false); err != nil {
 				return err
 			}
 		}
-		if err := t.finish(); err != nil {
+		if err := t.Finish(); err != nil {
 			return err
 		}
-		if fg.out.failed() {
+		if fg.out.Failed() {
 			return nil
 		}
 	}
 	return nil
+}
+
+// Shadow turns a decision into what shadow mode does: the client's text goes
+// to the server unchanged; a statement that would be refused is audited
+// now, a protected write after its result (the Tracker checks its lease).
+func (fg *Layer) Shadow(rt Runtime, d rewrite.Decision, sql []byte) rewrite.Decision {
+	if d.Action == rewrite.Refuse {
+		fg.AuditRefusal(rt, d.Refusal, rewrite.DigestInput(sql), "shadow")
+		return rewrite.Decision{Action: rewrite.Forward}
+	}
+	// Statement fences' keys leave the text all the same (SQL: see
+	// Decision.Stripped).
+	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts, SQL: d.Stripped}
 }

@@ -1,4 +1,4 @@
-package proxy
+package fencing
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
@@ -35,15 +36,15 @@ const (
 	rollbackOwn = "ROLLBACK AND NO CHAIN NO RELEASE"
 )
 
-// guardOf returns the fence of a statement the proxy must guard (a guarded
+// GuardOf returns the fence of a statement the proxy must guard (a guarded
 // write, or EXECUTE of one prepared by name), or nil.
-func (fg *fencing) guardOf(st *rewrite.Stmt) *rewrite.Fence {
+func (fg *Layer) GuardOf(st *rewrite.Stmt) *rewrite.Fence {
 	var f *rewrite.Fence
 	switch st.Kind {
 	case rewrite.Write:
 		f = st.Fence
 	case rewrite.Execute:
-		if ps := fg.s.namedStmt(st.Name); ps != nil && ps.Kind == rewrite.Write {
+		if ps := fg.s.NamedStmt(st.Name); ps != nil && ps.Kind == rewrite.Write {
 			f = ps.Fence
 		}
 	}
@@ -53,14 +54,14 @@ func (fg *fencing) guardOf(st *rewrite.Stmt) *rewrite.Fence {
 	return nil
 }
 
-// hasGuarded reports whether any statement of a packet must be guarded,
+// HasGuarded reports whether any statement of a packet must be guarded,
 // or prepares a guarded write by name: an EXECUTE of it later in the same
 // packet finds it among the named statements only once the PREPARE has
 // run, so such a packet runs one statement at a time too.
-func (fg *fencing) hasGuarded(stmts []rewrite.Stmt) bool {
+func (fg *Layer) HasGuarded(stmts []rewrite.Stmt) bool {
 	for i := range stmts {
 		st := &stmts[i]
-		if fg.guardOf(st) != nil || st.Kind == rewrite.Prepare && st.Fence != nil && st.Fence.Guard {
+		if fg.GuardOf(st) != nil || st.Kind == rewrite.Prepare && st.Fence != nil && st.Fence.Guard {
 			return true
 		}
 	}
@@ -68,23 +69,23 @@ func (fg *fencing) hasGuarded(stmts []rewrite.Stmt) bool {
 }
 
 // guardEngine is the lease package's engine family for the backend.
-func (fg *fencing) guardEngine() lease.Engine {
+func (fg *Layer) guardEngine() lease.Engine {
 	switch {
-	case fg.s.server().Flavor == rewrite.TiDB:
+	case fg.s.Server().Flavor == rewrite.TiDB:
 		return lease.TiDB
-	case fg.s.server().Galera:
+	case fg.s.Server().Galera:
 		return lease.Galera
 	}
 	return lease.InnoDB
 }
 
 // guardsFor builds the guard of each distinct lease of f's targets.
-func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []rewrite.Target, error) {
+func (fg *Layer) guardsFor(rt Runtime, f *rewrite.Fence) ([]lease.Guard, []rewrite.Target, error) {
 	var gs []lease.Guard
 	var ts []rewrite.Target
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		g, err := lease.GuardFor(fg.guardEngine(), leaseSpec(rt.policy, f, tg))
+		g, err := lease.GuardFor(fg.guardEngine(), leaseSpec(rt.Policy, f, tg))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -103,9 +104,9 @@ func (fg *fencing) guardsFor(rt *runtime, f *rewrite.Fence) ([]lease.Guard, []re
 // response relayed through t; drop discards the client's command when it
 // is not sent. The caller finishes t afterwards (session effects; a
 // guarded write has no lease check left to do).
-func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send, drop func() error) (err error) {
+func (fg *Layer) guardedWrite(rt Runtime, f *rewrite.Fence, t *Tracker, send, drop func() error) (err error) {
 	// The transaction state decides the shape: after an ERR, ask.
-	if err := fg.own.learnStatus(); err != nil {
+	if err := fg.own.LearnStatus(); err != nil {
 		be, ok := err.(*wire.ServerError)
 		if !ok {
 			return err
@@ -115,10 +116,10 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 		}
 		// A conflict here (a brute-force abort on Galera shows at the
 		// next command) ended an earlier fenced write's transaction.
-		if err := fg.noteError(be.Code); err != nil {
+		if err := fg.NoteError(be.Code); err != nil {
 			return err
 		}
-		return fg.out.sendError(be.Code, be.State, be.Msg)
+		return fg.out.SendError(be.Code, be.State, be.Msg)
 	}
 	// Under LOCK TABLES the table lock on the lease table keeps guard and
 	// write atomic, and START TRANSACTION would unlock the tables. Not on
@@ -126,14 +127,14 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	// experimental enable-table-lock is set, and a guard outside a
 	// transaction locks nothing: measured, 216 stale commits in 30 s
 	// (TestTiDBProxyRace). So TiDB's autocommit writes are always wrapped.
-	tablesHeld := fg.s.locksHeld() && fg.s.server().Flavor != rewrite.TiDB
-	wrap := fg.s.serverStatus()&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !fg.s.inTransaction() && !tablesHeld
+	tablesHeld := fg.s.LocksHeld() && fg.s.Server().Flavor != rewrite.TiDB
+	wrap := fg.s.ServerStatus()&mysql.SERVER_STATUS_AUTOCOMMIT != 0 && !fg.s.InTransaction() && !tablesHeld
 	gs, ts, err := fg.guardsFor(rt, f)
 	if err != nil {
 		if err := drop(); err != nil {
 			return err
 		}
-		return fg.out.sendError(erNotAllowed, "42000", "fenceproxy cannot build the lease check for this write: "+err.Error())
+		return fg.out.SendError(erNotAllowed, "42000", "fenceproxy cannot build the lease check for this write: "+err.Error())
 	}
 	// In the client's transaction a savepoint goes before the guard, so
 	// that a write that outlives its lease can be undone alone. Not
@@ -143,14 +144,14 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	// write (it then runs not at all); a statement of the proxy's would
 	// take the error, and the write would run on its own, outside the
 	// guard's transaction (measured: 24 stale commits in a 5 s race).
-	undo := !wrap && (fg.s.inTransaction() || fg.s.serverStatus()&mysql.SERVER_STATUS_AUTOCOMMIT == 0)
+	undo := !wrap && (fg.s.InTransaction() || fg.s.ServerStatus()&mysql.SERVER_STATUS_AUTOCOMMIT == 0)
 	switch {
 	case wrap:
-		if err := fg.own.queue("START TRANSACTION"); err != nil {
+		if err := fg.own.Queue("START TRANSACTION"); err != nil {
 			return err
 		}
 	case undo:
-		if err := fg.own.queue("SAVEPOINT " + recheckSavepoint); err != nil {
+		if err := fg.own.Queue("SAVEPOINT " + recheckSavepoint); err != nil {
 			return err
 		}
 	}
@@ -161,7 +162,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 	if err != nil {
 		return err
 	}
-	if wrap && fg.s.serverStatus()&mysql.SERVER_STATUS_IN_TRANS_READONLY != 0 && fg.s.server().Flavor != rewrite.TiDB {
+	if wrap && fg.s.ServerStatus()&mysql.SERVER_STATUS_IN_TRANS_READONLY != 0 && fg.s.Server().Flavor != rewrite.TiDB {
 		// The proxy's START TRANSACTION took a one-shot READ ONLY: see
 		// keepReadOnly.
 		defer func() {
@@ -176,7 +177,7 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 			end = rollbackOwn
 		}
 		var endErr *wire.ServerError
-		if _, err := fg.own.exec(end); err != nil {
+		if _, err := fg.own.Exec(end); err != nil {
 			be, ok := err.(*wire.ServerError)
 			if !ok {
 				return err
@@ -197,20 +198,20 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 			// statement): it must hear so, not "0 rows" in a transaction
 			// that is gone.
 			fg.auditStale(rt, f, v, "error")
-			if err := fg.noteError(endErr.Code); err != nil {
+			if err := fg.NoteError(endErr.Code); err != nil {
 				return err
 			}
-			return fg.out.sendError(endErr.Code, endErr.State, endErr.Msg)
+			return fg.out.SendError(endErr.Code, endErr.State, endErr.Msg)
 		}
 		return fg.rejectGuarded(rt, f, v)
 	}
 	fg.watchConflicts(rt, f, v)
-	fg.out.testPanic(panicGuarded)
+	fg.out.GuardHeld()
 	recheck, ok := lease.Recheck(v.until)
 	if !ok {
 		// A lease row without an expiry the proxy can read back: no
 		// recheck can say the write ran while it was live.
-		return fg.own.broken(wire.Malformed("lease guard returned the expiry %q", v.until))
+		return fg.own.Broken(wire.Malformed("lease guard returned the expiry %q", v.until))
 	}
 	if !wrap {
 		return fg.writeInTransaction(rt, f, v, t, send, recheck, began, undo)
@@ -237,13 +238,13 @@ func (fg *fencing) guardedWrite(rt *runtime, f *rewrite.Fence, t *tracker, send,
 // TRANSACTION READ ONLY (1235) unless its no-op functions are on, and
 // whose kept warnings (warnings.go) a statement of the proxy's would
 // drop.
-func (fg *fencing) keepReadOnly() error {
-	if fg.s.inTransaction() {
+func (fg *Layer) keepReadOnly() error {
+	if fg.s.InTransaction() {
 		return nil
 	}
-	_, err := fg.own.exec("SET TRANSACTION READ ONLY")
+	_, err := fg.own.Exec("SET TRANSACTION READ ONLY")
 	if be, ok := err.(*wire.ServerError); ok {
-		fg.s.log().Warn("setting the session's READ ONLY characteristic again failed", "code", be.Code)
+		fg.s.Log().Warn("setting the session's READ ONLY characteristic again failed", "code", be.Code)
 		return nil
 	}
 	return err
@@ -282,7 +283,7 @@ const recheckSavepoint = "fenceproxy_write"
 // guard (began), so a write answered within half the time the lease had
 // left cannot have outlived it (the other half covers a database clock
 // that steps forward meanwhile).
-func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string,
+func (fg *Layer) writeInTransaction(rt Runtime, f *rewrite.Fence, v verdict, t *Tracker, send func() error, recheck string,
 	began time.Time, undo bool) error {
 	// undo false: under LOCK TABLES in autocommit mode there is no
 	// transaction to undo the write in: it commits with its statement
@@ -291,67 +292,67 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 	if err := send(); err != nil {
 		return err
 	}
-	if err := fg.out.relayResponse(t, true); err != nil {
+	if err := fg.out.RelayResponse(t, true); err != nil {
 		return err
 	}
 	elapsed := time.Since(began)
 	if err := fg.auditDeferred(); err != nil {
 		return err
 	}
-	if !fg.out.holding() {
+	if !fg.out.Holding() {
 		return nil // the write failed; its ERR went out
 	}
 	if v.remainingKnown && elapsed < v.remaining/2 {
-		return fg.out.writeHeld()
+		return fg.out.WriteHeld()
 	}
 	// Late: ask the database.
-	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.out.moreFollows()
+	keep := fg.s.Server().Flavor == rewrite.TiDB && !fg.out.MoreFollows()
 	if keep {
-		if err := fg.own.queue("SHOW WARNINGS"); err != nil {
+		if err := fg.own.Queue("SHOW WARNINGS"); err != nil {
 			return err
 		}
 	}
-	if err := fg.own.queue(recheck); err != nil {
+	if err := fg.own.Queue(recheck); err != nil {
 		return err
 	}
-	if err := fg.own.flush(); err != nil {
+	if err := fg.own.Flush(); err != nil {
 		return err
 	}
 	kept, rows, rerr, err := fg.readAfterWrite(keep)
 	if err != nil {
 		return err
 	}
-	if rerr == nil && lease.RecheckHolds(toFields(rows)) {
-		fg.keepWarnings(kept, fg.out.heldWarnings())
-		return fg.out.writeHeld()
+	if rerr == nil && lease.RecheckHolds(ToFields(rows)) {
+		fg.keepWarnings(kept, fg.out.HeldWarnings())
+		return fg.out.WriteHeld()
 	}
-	fg.out.dropHeld()
+	fg.out.DropHeld()
 	if rerr != nil && fg.engineConflict(rerr.Code) {
 		return fg.lostAfterWrite(rerr)
 	}
 	switch {
 	case undo:
-		if _, err := fg.own.exec("ROLLBACK TO SAVEPOINT " + recheckSavepoint); err != nil {
+		if _, err := fg.own.Exec("ROLLBACK TO SAVEPOINT " + recheckSavepoint); err != nil {
 			if _, ok := err.(*wire.ServerError); !ok {
 				return err
 			}
 			undo = false
 		}
-	case fg.s.inTransaction():
+	case fg.s.InTransaction():
 		// No savepoint: the whole transaction goes, and the client hears
 		// so.
-		if _, err := fg.own.exec("ROLLBACK"); err != nil {
+		if _, err := fg.own.Exec("ROLLBACK"); err != nil {
 			if _, ok := err.(*wire.ServerError); !ok {
 				return err
 			}
 		}
 		fg.auditExpired(rt, f, v, "error", rerr)
-		return fg.out.sendError(erSignal, "45000", v.expiredMessage()+"; the transaction was rolled back")
+		return fg.out.SendError(erSignal, "45000", v.expiredMessage()+"; the transaction was rolled back")
 	default:
 		// Committed already (LOCK TABLES, autocommit): say so.
 		fg.auditExpired(rt, f, v, "committed", rerr)
-		fg.s.log().Warn("a guarded write under LOCK TABLES ran after its lease expired and committed with its statement", "table", v.table)
-		return fg.out.sendError(erSignal, "45000", v.expiredMessage()+"; it ran under LOCK TABLES in autocommit mode and was committed")
+		fg.s.Log().Warn("a guarded write under LOCK TABLES ran after its lease expired and committed with its statement", "table", v.table)
+		return fg.out.SendError(erSignal, "45000", v.expiredMessage()+"; it ran under LOCK TABLES in autocommit mode and was committed")
 	}
 	return fg.rejectExpired(rt, f, v, rerr)
 }
@@ -361,49 +362,49 @@ func (fg *fencing) writeInTransaction(rt *runtime, f *rewrite.Fence, v verdict, 
 // then COMMIT, or ROLLBACK when the write outlived its lease. The write's
 // final packet is held until the COMMIT succeeded and then shows the
 // status flags autocommit would (no SERVER_STATUS_IN_TRANS).
-func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tracker, send func() error, recheck string) error {
+func (fg *Layer) writeWrapped(rt Runtime, f *rewrite.Fence, v verdict, t *Tracker, send func() error, recheck string) error {
 	// The transaction is the proxy's: it ends with this command.
 	defer func() { fg.fenced = nil }()
-	fg.out.ownTransaction(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
+	fg.out.OwnTransaction(mysql.SERVER_STATUS_IN_TRANS | mysql.SERVER_STATUS_IN_TRANS_READONLY)
 	// TiDB empties SHOW WARNINGS at every statement (MariaDB keeps them
 	// past the recheck and the COMMIT), so on TiDB the write's warnings
 	// are read right after it, in the same flush, for the client's next
 	// SHOW WARNINGS (see warnings.go). Not for a statement of a packet
 	// that others follow: they would replace them.
-	keep := fg.s.server().Flavor == rewrite.TiDB && !fg.out.moreFollows()
+	keep := fg.s.Server().Flavor == rewrite.TiDB && !fg.out.MoreFollows()
 	if err := send(); err != nil {
 		return err
 	}
 	if keep {
-		if err := fg.own.queue("SHOW WARNINGS"); err != nil {
+		if err := fg.own.Queue("SHOW WARNINGS"); err != nil {
 			return err
 		}
 	}
-	if err := fg.own.queue(recheck); err != nil {
+	if err := fg.own.Queue(recheck); err != nil {
 		return err
 	}
-	if err := fg.own.flush(); err != nil {
+	if err := fg.own.Flush(); err != nil {
 		return err
 	}
-	if err := fg.out.relayResponse(t, true); err != nil {
+	if err := fg.out.RelayResponse(t, true); err != nil {
 		return err
 	}
 	kept, rows, rerr, err := fg.readAfterWrite(keep)
 	if err != nil {
 		return err
 	}
-	live := rerr == nil && lease.RecheckHolds(toFields(rows))
-	if rerr != nil && fg.engineConflict(rerr.Code) && fg.out.holding() {
+	live := rerr == nil && lease.RecheckHolds(ToFields(rows))
+	if rerr != nil && fg.engineConflict(rerr.Code) && fg.out.Holding() {
 		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
-		fg.out.dropHeld()
+		fg.out.DropHeld()
 		return fg.lostAfterWrite(rerr)
 	}
-	if !fg.out.holding() || !live {
+	if !fg.out.Holding() || !live {
 		// The write failed (its ERR went out already), or it outlived its
 		// lease: nothing of it may commit.
-		if _, err := fg.own.exec(rollbackOwn); err != nil {
+		if _, err := fg.own.Exec(rollbackOwn); err != nil {
 			if _, ok := err.(*wire.ServerError); !ok {
 				return err
 			}
@@ -411,14 +412,14 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		if err := fg.auditDeferred(); err != nil {
 			return err
 		}
-		if !fg.out.holding() {
+		if !fg.out.Holding() {
 			fg.keepWarnings(kept, 0)
 			return nil
 		}
-		fg.out.dropHeld()
+		fg.out.DropHeld()
 		return fg.rejectExpired(rt, f, v, rerr)
 	}
-	_, cerr := fg.own.exec(commitOwn)
+	_, cerr := fg.own.Exec(commitOwn)
 	if _, ok := cerr.(*wire.ServerError); cerr != nil && !ok {
 		return cerr
 	}
@@ -429,38 +430,38 @@ func (fg *fencing) writeWrapped(rt *runtime, f *rewrite.Fence, v verdict, t *tra
 		be := cerr.(*wire.ServerError)
 		// Nothing was committed: the client gets the COMMIT's error in
 		// place of the write's success (after its rows, for RETURNING).
-		fg.out.dropHeld()
-		fg.own.statusUnknown()
-		if err := fg.noteError(be.Code); err != nil {
+		fg.out.DropHeld()
+		fg.own.StatusUnknown()
+		if err := fg.NoteError(be.Code); err != nil {
 			return err
 		}
-		return fg.out.sendError(be.Code, be.State, be.Msg)
+		return fg.out.SendError(be.Code, be.State, be.Msg)
 	}
-	fg.keepWarnings(kept, fg.out.heldWarnings())
-	return fg.out.writeHeld()
+	fg.keepWarnings(kept, fg.out.HeldWarnings())
+	return fg.out.WriteHeld()
 }
 
 // lostAfterWrite answers a guarded write whose transaction an engine
 // conflict ended right after it (the recheck got Galera's 1213 or TiDB's
 // 9007): nothing of it will commit, and the client hears the engine's
 // error, as from its own next statement.
-func (fg *fencing) lostAfterWrite(be *wire.ServerError) error {
-	fg.own.statusUnknown()
-	if err := fg.noteError(be.Code); err != nil {
+func (fg *Layer) lostAfterWrite(be *wire.ServerError) error {
+	fg.own.StatusUnknown()
+	if err := fg.NoteError(be.Code); err != nil {
 		return err
 	}
-	return fg.out.sendError(be.Code, be.State, be.Msg)
+	return fg.out.SendError(be.Code, be.State, be.Msg)
 }
 
 // readAfterWrite reads what follows a guarded write's response: TiDB's
 // SHOW WARNINGS (keep) and the recheck's rows, or the recheck's error.
-func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Value, rerr *wire.ServerError, err error) {
+func (fg *Layer) readAfterWrite(keep bool) (kept *wire.Recorded, rows [][]wire.Value, rerr *wire.ServerError, err error) {
 	if keep {
-		if kept, err = fg.own.readWarnings(); err != nil {
+		if kept, err = fg.own.ReadWarnings(); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	rows, err = fg.own.read()
+	rows, err = fg.own.Read()
 	if err != nil {
 		be, ok := err.(*wire.ServerError)
 		if !ok {
@@ -473,8 +474,8 @@ func (fg *fencing) readAfterWrite(keep bool) (kept warnPackets, rows [][]wire.Va
 
 // auditDeferred audits the engine conflict the write itself met, once the
 // statements queued behind it are read.
-func (fg *fencing) auditDeferred() error {
-	ft, code := fg.out.takeConflict()
+func (fg *Layer) auditDeferred() error {
+	ft, code := fg.out.TakeConflict()
 	if ft == nil {
 		return nil
 	}
@@ -484,43 +485,43 @@ func (fg *fencing) auditDeferred() error {
 // keepWarnings keeps TiDB's SHOW WARNINGS packets for the client's next
 // SHOW WARNINGS: n, the write's warning count, or the rows (after an ERR,
 // n 0).
-func (fg *fencing) keepWarnings(kept warnPackets, n uint16) {
+func (fg *Layer) keepWarnings(kept *wire.Recorded, n uint16) {
 	if kept == nil {
 		return
 	}
 	count := uint64(n)
 	if n == 0 {
-		if fg.out.holding() {
+		if fg.out.Holding() {
 			return // no warnings to keep
 		}
 		count = uint64(kept.Rows)
 	}
-	fg.out.keepWarnings(&keptWarnings{pkts: kept, count: count})
+	fg.out.KeepWarnings(&KeptWarnings{Packets: kept, Count: count})
 }
 
 // rejectExpired answers a guarded write that ran after its lease expired,
 // and was undone, as a rejected one (reason expired).
-func (fg *fencing) rejectExpired(rt *runtime, f *rewrite.Fence, v verdict, rerr *wire.ServerError) error {
-	if rt.policy.OnStale == onStaleError || f.Rows || fg.out.answered() {
+func (fg *Layer) rejectExpired(rt Runtime, f *rewrite.Fence, v verdict, rerr *wire.ServerError) error {
+	if rt.Policy.OnStale == policy.OnStaleError || f.Rows || fg.out.Answered() {
 		// An OK of 0 rows cannot follow rows already relayed.
 		fg.auditExpired(rt, f, v, "error", rerr)
-		return fg.out.sendError(erSignal, "45000", v.expiredMessage())
+		return fg.out.SendError(erSignal, "45000", v.expiredMessage())
 	}
 	fg.auditExpired(rt, f, v, "zero_rows", rerr)
-	return fg.out.sendNoRows()
+	return fg.out.SendNoRows()
 }
 
 // runGuards sends the guards (after a queued START TRANSACTION or
 // SAVEPOINT when lead) and reads their verdict. gerr is the server's error for a guard that
 // could not run (lock wait timeout, deadlock, missing lease table); err a
 // failure of the connection.
-func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (v verdict, gerr *wire.ServerError, err error) {
+func (fg *Layer) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (v verdict, gerr *wire.ServerError, err error) {
 	var first verdict
 	until := ""
 	var remaining time.Duration
 	known := true
 	for i, g := range gs {
-		if err := fg.own.queue(g.SQL); err != nil {
+		if err := fg.own.Queue(g.SQL); err != nil {
 			return v, nil, err
 		}
 		// Galera's guard is an UPDATE: the locking read of the row goes
@@ -529,17 +530,17 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 		// failed (a 1213 rolled the transaction back) would open a
 		// transaction of its own: there it waits for the guard's answer.
 		classify := g.Kind == lease.GuardAffected
-		ahead := classify && fg.s.serverStatus()&mysql.SERVER_STATUS_AUTOCOMMIT != 0
+		ahead := classify && fg.s.ServerStatus()&mysql.SERVER_STATUS_AUTOCOMMIT != 0
 		if ahead {
-			if err := fg.own.queue(g.Classify); err != nil {
+			if err := fg.own.Queue(g.Classify); err != nil {
 				return v, nil, err
 			}
 		}
-		if err := fg.own.flush(); err != nil {
+		if err := fg.own.Flush(); err != nil {
 			return v, nil, err
 		}
 		if lead && i == 0 {
-			if _, err := fg.own.read(); err != nil {
+			if _, err := fg.own.Read(); err != nil {
 				be, ok := err.(*wire.ServerError)
 				if !ok {
 					return v, nil, err
@@ -547,9 +548,9 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 				gerr = be
 			}
 		}
-		rows, err := fg.own.read()
+		rows, err := fg.own.Read()
 		if ahead {
-			crows, cerr := fg.own.read()
+			crows, cerr := fg.own.Read()
 			if _, ok := cerr.(*wire.ServerError); cerr != nil && !ok {
 				return v, nil, cerr
 			}
@@ -574,10 +575,10 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 			}
 			return v, be, nil
 		}
-		held := classify && g.Holds(fg.own.affected())
+		held := classify && g.Holds(fg.own.Affected())
 		if classify && !ahead {
 			// The current row, read with a lock.
-			if rows, err = fg.own.query(g.Classify); err != nil {
+			if rows, err = fg.own.Query(g.Classify); err != nil {
 				be, ok := err.(*wire.ServerError)
 				if !ok {
 					return v, nil, err
@@ -585,12 +586,12 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 				return v, be, nil
 			}
 		}
-		gv, valid := g.Read(toFields(rows))
+		gv, valid := g.Read(ToFields(rows))
 		if valid && gv.NeedVars {
 			if held {
-				return v, nil, fg.own.broken(wire.Malformed("the lease row of a guard that held is gone"))
+				return v, nil, fg.own.Broken(wire.Malformed("the lease row of a guard that held is gone"))
 			}
-			vr, err := fg.own.query(g.VarsSQL)
+			vr, err := fg.own.Query(g.VarsSQL)
 			if err != nil {
 				be, ok := err.(*wire.ServerError)
 				if !ok {
@@ -598,10 +599,10 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 				}
 				return v, be, nil
 			}
-			gv, valid = g.ReadVars(toFields(vr))
+			gv, valid = g.ReadVars(ToFields(vr))
 		}
 		if !valid {
-			return v, nil, fg.own.broken(wire.Malformed("lease guard returned %d rows", len(rows)))
+			return v, nil, fg.own.Broken(wire.Malformed("lease guard returned %d rows", len(rows)))
 		}
 		gvv := verdictOf(gv, ts[i])
 		switch {
@@ -632,7 +633,8 @@ func (fg *fencing) runGuards(gs []lease.Guard, ts []rewrite.Target, lead bool) (
 	return first, nil, nil
 }
 
-func toFields(rows [][]wire.Value) [][]lease.Field {
+// ToFields is rows as the lease package reads them.
+func ToFields(rows [][]wire.Value) [][]lease.Field {
 	out := make([][]lease.Field, len(rows))
 	for i, r := range rows {
 		out[i] = make([]lease.Field, len(r))
@@ -645,7 +647,7 @@ func toFields(rows [][]wire.Value) [][]lease.Field {
 
 // guardError answers a write whose guard failed with the guard's error:
 // nothing of the write was sent.
-func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *wire.ServerError, ts []rewrite.Target) error {
+func (fg *Layer) guardError(rt Runtime, f *rewrite.Fence, be *wire.ServerError, ts []rewrite.Target) error {
 	msg := be.Msg
 	switch {
 	case be.Code == mysql.ER_NO_SUCH_TABLE:
@@ -663,7 +665,7 @@ func (fg *fencing) guardError(rt *runtime, f *rewrite.Fence, be *wire.ServerErro
 			return err
 		}
 	}
-	return fg.out.sendError(be.Code, be.State, msg)
+	return fg.out.SendError(be.Code, be.State, msg)
 }
 
 // erConflict is ER_LOCK_DEADLOCK: on Galera also a certification failure
@@ -673,14 +675,27 @@ const erConflict = 1213
 // rejectGuarded answers a guarded write whose lease check failed, after the
 // audit record is written: an OK of 0 rows (on_stale: zero_rows, what the
 // server says of an INSERT ... SELECT that selected nothing), or ERR 1644.
-func (fg *fencing) rejectGuarded(rt *runtime, f *rewrite.Fence, v verdict) error {
-	if rt.policy.OnStale == onStaleError || f.Rows {
+func (fg *Layer) rejectGuarded(rt Runtime, f *rewrite.Fence, v verdict) error {
+	if rt.Policy.OnStale == policy.OnStaleError || f.Rows {
 		// A write that answers with rows (RETURNING) would need an empty
 		// result set with its column definitions, which only the server
 		// can give: the error says what happened instead.
 		fg.auditStale(rt, f, v, "error")
-		return fg.out.sendError(erSignal, "45000", v.message())
+		return fg.out.SendError(erSignal, "45000", v.message())
 	}
 	fg.auditStale(rt, f, v, "zero_rows")
-	return fg.out.sendNoRows()
+	return fg.out.SendNoRows()
+}
+
+// Guarded runs a packet of one guarded write (see guardedWrite). drop nil:
+// the client's command was consumed already.
+func (fg *Layer) Guarded(rt Runtime, f *rewrite.Fence, stmts []rewrite.Stmt, send, drop func() error) error {
+	if drop == nil {
+		drop = func() error { return nil }
+	}
+	t := NewTracker(fg, rt, stmts, true)
+	if err := fg.guardedWrite(rt, f, t, send, drop); err != nil {
+		return err
+	}
+	return t.Finish()
 }

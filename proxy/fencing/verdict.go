@@ -1,4 +1,4 @@
-package proxy
+package fencing
 
 import (
 	"fmt"
@@ -60,15 +60,15 @@ func tokenString(t *uint64) string {
 // classify reads the lease behind fence f on the client's own connection
 // (its variables live there) and says whether the fence holds. locking
 // reads the latest committed lease row, as the fenced write did.
-func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdict, error) {
+func (fg *Layer) classify(rt Runtime, f *rewrite.Fence, locking bool) (verdict, error) {
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		sql := lease.VerdictSQL(leaseSpec(rt.policy, f, tg), fg.guardEngine(), locking)
+		sql := lease.VerdictSQL(leaseSpec(rt.Policy, f, tg), fg.guardEngine(), locking)
 		if seen[sql] {
 			continue
 		}
 		seen[sql] = true
-		rows, err := fg.own.query(sql)
+		rows, err := fg.own.Query(sql)
 		if err != nil {
 			if be, ok := err.(*wire.ServerError); ok && locking && (be.Code == erConflict || be.Code == erLockWait) {
 				// A deadlock rolled the transaction back, or another
@@ -80,14 +80,14 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 				// The lease table is unreadable: the write cannot have
 				// passed its fence either.
 				v := verdict{table: tg.Schema + "." + tg.Table, lease: tg.Lease, reason: audit.LeaseMissing}
-				fg.s.log().Warn("lease check failed", "table", v.table, "err", err)
+				fg.s.Log().Warn("lease check failed", "table", v.table, "err", err)
 				return v, nil
 			}
 			return verdict{}, err
 		}
-		lv, valid := lease.ReadVerdict(toFields(rows))
+		lv, valid := lease.ReadVerdict(ToFields(rows))
 		if !valid {
-			return verdict{}, fg.own.broken(wire.Malformed("lease check returned %d rows", len(rows)))
+			return verdict{}, fg.own.Broken(wire.Malformed("lease check returned %d rows", len(rows)))
 		}
 		if v := verdictOf(lv, tg); v.rejected() {
 			return v, nil
@@ -101,7 +101,13 @@ func (fg *fencing) classify(rt *runtime, f *rewrite.Fence, locking bool) (verdic
 // the session's fence variables.
 func leaseSpec(pol *policy.Policy, f *rewrite.Fence, tg rewrite.Target) lease.GuardSpec {
 	schema, table := pol.LeaseTableFor(tg.Schema)
-	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: leaseVars(pol), Presented: f.Presented, Row: tg.RowLease}
+	return lease.GuardSpec{Schema: schema, Table: table, Lease: tg.Lease, Vars: LeaseVars(pol), Presented: f.Presented, Row: tg.RowLease}
+}
+
+// LeaseVars names the session variables of the fence context (fencing's
+// variables in the policy).
+func LeaseVars(pol *policy.Policy) lease.Vars {
+	return lease.Vars{Lease: pol.Vars.Lease, Owner: pol.Vars.Owner, Token: pol.Vars.Token}
 }
 
 // verdictOf is the proxy's verdict for target tg from what the lease
@@ -135,7 +141,7 @@ const erLockWait = 1205
 // for a lock on the lease row, with the engine's answer and the fence
 // context the session presents (the lease may come from its variables).
 // err is a failure of the backend connection only.
-func (fg *fencing) auditLockWait(rt *runtime, f *rewrite.Fence, outcome string) error {
+func (fg *Layer) auditLockWait(rt Runtime, f *rewrite.Fence, outcome string) error {
 	var v verdict
 	if len(f.Targets) > 0 {
 		tg := f.Targets[0]
