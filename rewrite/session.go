@@ -119,6 +119,9 @@ func (in *stmtIn) setStmt(n *ast.SetStmt) stmtRes {
 	mode, cs := false, false
 	for _, v := range n.Variables {
 		local := v.IsSystem && !v.IsGlobal && !v.IsInstance
+		if v.IsSystem && !local && in.pc.e.hasTables() {
+			return in.refuse("", globalSetReason)
+		}
 		switch {
 		case v.Name == ast.SetNames || v.Name == ast.SetCharset:
 			cs = true
@@ -168,6 +171,9 @@ func (in *stmtIn) setStmt(n *ast.SetStmt) stmtRes {
 // character set is unknown.
 func (in *stmtIn) setUnparsed() stmtRes {
 	raw := in.raw()
+	if in.pc.e.hasTables() && in.setsBeyondSession() {
+		return in.refuse("", globalSetReason)
+	}
 	if in.pc.e.hasTables() {
 		// A character set the proxy cannot read later statements in,
 		// named anywhere in it.
@@ -199,6 +205,52 @@ func (in *stmtIn) setUnparsed() stmtRes {
 		return stmtRes{stmt: Stmt{Kind: SetCharset, UnsafeCharset: true, ASCIIRemap: true}, matters: true}
 	}
 	return stmtRes{stmt: Stmt{Kind: Other}}
+}
+
+// globalSetReason refuses a SET of a system variable beyond the session
+// (GLOBAL, PERSIST, PERSIST_ONLY, INSTANCE, @@global.x): the session scope
+// is the only one relayed. A global value outlives the session and acts
+// where the proxy never reads a statement: init_connect runs its SQL at
+// every later login of an account without SUPER (the proxy's own, which
+// may write the lease table, and the apps', where SET NAMES gbk would
+// change how the server reads what the proxy reads as utf8mb4), and
+// event_scheduler, sql_mode or character_set_* change what later sessions
+// and events do. Measured on MariaDB 10.11: SET GLOBAL init_connect =
+// 'UPDATE db.fenced_job_leases ...' through the proxy wrote the lease
+// table at the proxy account's next login.
+const globalSetReason = "fenceproxy relays SET of session variables only: a GLOBAL (PERSIST, INSTANCE) " +
+	"value outlives the session and acts where fenceproxy reads no statement (init_connect runs SQL at later " +
+	"logins, the proxy's own among them); run it directly on the server"
+
+// setsBeyondSession: a SET the parser could not read names a scope other
+// than the session's (a word GLOBAL, PERSIST, PERSIST_ONLY or INSTANCE, or
+// a system variable written @@global.x, @@persist.x ...). The allowed
+// scopes are listed; any other qualifier of an @@ variable counts too.
+func (in *stmtIn) setsBeyondSession() bool {
+	for i := range in.toks {
+		t := in.toks[i]
+		switch t.Kind {
+		case sqlread.Word:
+			switch strings.ToLower(string(in.text(i))) {
+			case "global", "persist", "persist_only", "instance":
+				return true
+			}
+		case sqlread.SysVar:
+			name := strings.ToLower(string(in.text(i)))
+			name = strings.TrimPrefix(name, "@@")
+			scope, rest := name, ""
+			if dot := strings.IndexByte(name, '.'); dot >= 0 {
+				scope, rest = name[:dot], name[dot:]
+			}
+			switch scope = strings.Trim(scope, "`"); {
+			case rest != "" && scope != "session" && scope != "local":
+				return true // @@global.x, and any scope not listed
+			case rest == "" && (scope == "global" || scope == "persist" || scope == "persist_only" || scope == "instance"):
+				return true // @@global . x, spaced
+			}
+		}
+	}
+	return false
 }
 
 // sqlModeValue reads the ANSI_QUOTES, NO_BACKSLASH_ESCAPES and ORACLE parts
