@@ -135,6 +135,9 @@ func (in *stmtIn) catalogRefusal() (stmtRes, bool) {
 		if in.kw(i, "call") {
 			continue
 		}
+		if r := in.packageCall(i, schema, program); r != nil {
+			return in.refuse(r.Table, r.Reason()), true
+		}
 		if in.kw(i-1, "call") {
 			// CALL anywhere: the statement's own, or one inside a
 			// compound statement.
@@ -166,6 +169,36 @@ func (in *stmtIn) catalogRefusal() (stmtRes, bool) {
 		}
 	}
 	return in.staleCallRefusal()
+}
+
+// packageCall returns the refused package a call at token i may run: a
+// dotted name a.b( (or CALL a.b, or a.b bare in a compound statement)
+// calls the routine b of the package a of the session's schema under
+// sql_mode=ORACLE, and db.a.b( that of db's package a (measured on
+// MariaDB 10.11: SELECT pk.f() FROM DUAL ran the package function, which
+// the catalog, reading a.b as schema a's function b, had not seen). The
+// catalog counts a package as one procedure whose body is the package's,
+// so the call is refused when that procedure is, whatever the session's
+// sql_mode (the proxy may not know it).
+func (in *stmtIn) packageCall(i int, schema string, program bool) *catalog.Refused {
+	if !in.op(i+1, ".") || !in.isName(i+2) {
+		return nil
+	}
+	end := i + 2
+	for in.op(end+1, ".") && in.isName(end+2) {
+		end += 2
+	}
+	if !in.op(end+1, "(") && !in.kw(i-1, "call") && !program {
+		return nil
+	}
+	e := in.pc.e
+	if r := e.cat.Procedure(schema, foldName(in.identName(i))); r != nil {
+		return r
+	}
+	if end > i+2 {
+		return e.cat.Procedure(foldName(in.identName(i)), foldName(in.identName(i+2)))
+	}
+	return nil
 }
 
 func (in *stmtIn) isName(i int) bool {
