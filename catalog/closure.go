@@ -368,6 +368,8 @@ type closer struct {
 	all    set
 	views  map[string][]ref // view key -> bases
 	vfuncs map[string][]ref
+	// vpkgs: the packages a view's definition may call a routine of.
+	vpkgs  map[string][]ref
 	vnames map[string]*View
 	trigs  map[string][]trig       // table key -> its triggers
 	fks    map[string][]ForeignKey // parent key -> foreign keys into children
@@ -393,6 +395,7 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 		all:     set{},
 		views:   map[string][]ref{},
 		vfuncs:  map[string][]ref{},
+		vpkgs:   map[string][]ref{},
 		vnames:  map[string]*View{},
 		trigs:   map[string][]trig{},
 		fks:     map[string][]ForeignKey{},
@@ -446,6 +449,7 @@ func Close(snap *Snapshot, prot []Protected) *Closure {
 			}
 		}
 		c.views[k], c.vfuncs[k] = bases, funcs
+		c.vpkgs[k] = viewPackages(*v, snap.readMode(""))
 		c.vnames[k] = v
 	}
 	for i := range snap.Triggers {
@@ -935,6 +939,11 @@ func (c *closer) readRefusals(out *Closure) {
 			}
 			for _, r := range fs {
 				if rf := out.Function(r.schema, r.name); rf != nil {
+					fn[k] = rf.Schema + "." + rf.Name
+				}
+			}
+			for _, r := range c.vpkgs[k] {
+				if rf := out.Procedure(r.schema, r.name); rf != nil {
 					fn[k] = rf.Schema + "." + rf.Name
 				}
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/integration/dbserver"
 	"github.com/fenceproxy/fenceproxy/integration/dbtest"
+	"github.com/fenceproxy/fenceproxy/lease"
 )
 
 // The second red team's attempts: the same threat (an app account through
@@ -84,6 +85,16 @@ func TestRedteam2Statements(t *testing.T) {
 		"SET sql_mode=ORACLE; CREATE PACKAGE pk AS PROCEDURE p; FUNCTION f RETURN INT; END; " +
 			"CREATE PACKAGE BODY pk AS PROCEDURE p AS BEGIN UPDATE invoices SET amount=amount+1; END; " +
 			"FUNCTION f RETURN INT AS BEGIN UPDATE invoices SET amount=amount+1; RETURN 1; END; END; SET sql_mode=DEFAULT",
+		// Stored programs and a view calling the package's routines (under
+		// sql_mode=ORACLE, where pk.f() is the package's function).
+		"SET sql_mode=ORACLE; CREATE VIEW v_pk AS SELECT pk.f() AS x FROM DUAL; SET sql_mode=DEFAULT",
+		"CREATE TABLE notes_pk (id INT PRIMARY KEY)",
+		"SET sql_mode=ORACLE; CREATE TRIGGER trg_pk BEFORE INSERT ON notes_pk FOR EACH ROW BEGIN pk.p; END; SET sql_mode=DEFAULT",
+		"SET sql_mode=ORACLE; CREATE TRIGGER trg_pk2 BEFORE DELETE ON notes_pk FOR EACH ROW DECLARE x INT; BEGIN x := pk.f(); END; SET sql_mode=DEFAULT",
+		"SET sql_mode=ORACLE; CREATE PROCEDURE callpk AS BEGIN pk.p; END; SET sql_mode=DEFAULT",
+		"SET sql_mode=ORACLE; CREATE PROCEDURE callpk2 AS BEGIN CALL pk.p(); END; SET sql_mode=DEFAULT",
+		"SET sql_mode=ORACLE; CREATE FUNCTION fpk RETURN INT AS BEGIN RETURN pk.f(); END; SET sql_mode=DEFAULT",
+		"INSERT INTO notes_pk VALUES (1)",
 		"CREATE PROCEDURE dyn(q TEXT) BEGIN PREPARE s FROM q; EXECUTE s; END",
 		"CREATE PROCEDURE dyn2(q TEXT) EXECUTE IMMEDIATE q",
 		"CREATE PROCEDURE dyn3() EXECUTE IMMEDIATE CONCAT('UPDATE ', 'invoices SET amount=0')",
@@ -109,6 +120,15 @@ func TestRedteam2Statements(t *testing.T) {
 		one("package function quoted", "SET sql_mode=ORACLE; SELECT `pk`.`f`() FROM DUAL"),
 		one("package function in capitals", "SET sql_mode=ORACLE; SELECT PK.F() FROM DUAL"),
 		one("package function in a compound statement", "SET sql_mode=ORACLE; BEGIN SELECT pk.f() INTO @x FROM DUAL; END"),
+		one("view calling the package's function", "SELECT * FROM v_pk"),
+		one("view calling the package's function, ORACLE", "SET sql_mode=ORACLE; SELECT * FROM v_pk"),
+		one("trigger calling the package's procedure", "INSERT INTO notes_pk VALUES (2)"),
+		one("trigger calling the package's function", "DELETE FROM notes_pk"),
+		one("procedure calling the package's procedure", "CALL callpk()"),
+		one("procedure calling the package's procedure by CALL", "CALL callpk2()"),
+		one("function calling the package's function", "SELECT fpk()"),
+		one("package procedure by SET STATEMENT sql_mode", "SET STATEMENT sql_mode='ORACLE' FOR CALL pk.p()"),
+		one("package function by SET STATEMENT sql_mode", "SET STATEMENT sql_mode='ORACLE' FOR SELECT pk.f() FROM DUAL"),
 		{name: "package procedure without CALL", stmts: []string{"SET sql_mode=ORACLE; BEGIN pk.p; END"}},
 		// Landed before the fix (see the package procedure, ORACLE above).
 		{name: "package function", stmts: []string{"SET sql_mode=ORACLE; SELECT pk.f() FROM DUAL"}},
@@ -494,6 +514,145 @@ func TestRedteam2ExpiryInsideTransaction(t *testing.T) {
 			mustExec(t, c, "COMMIT")
 			if got := tableDump(t, e.root, "invoices"); got != want || n != 0 {
 				t.Fatalf("a write after the lease expired inside its transaction changed %d rows (%v):\n%s\n%s", n, err, want, got)
+			}
+		})
+	}
+}
+
+// engAttack is one attempt on an engine: statements through the proxy, one
+// COM_QUERY each, from a session with a stale fence.
+type engAttack struct {
+	name  string
+	stmts []string
+}
+
+// runEngineAttacks runs attacks on eng's fenced environment (the catalog
+// on): the stale fence's lease was taken over since; invoices,
+// reconciliation_runs and the lease table must not change.
+func runEngineAttacks(t *testing.T, eng string, attacks []engAttack) {
+	e := newFencedEnv(t, envOptions{account: true, engine: eng})
+	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-10', 10), (2, 'globex', '2026-10', 20)")
+	mustExec(t, e.root, "INSERT INTO reconciliation_runs (id, status) VALUES (1, 'done')")
+	old := e.acquire(t, "invoice:acme", time.Minute)
+	e.setToken(t, "invoice:acme", old.Token)
+	e.acquire(t, "invoice:acme", time.Hour)
+	e.acquire(t, "admin:reconciliation", time.Hour)
+	dump := func() string {
+		e.sync(t)
+		return tableDump(t, e.root, "invoices") + "--\n" + tableDump(t, e.root, "reconciliation_runs") + "--\n" +
+			tableDump(t, e.root, "(SELECT lease_name, HEX(owner_token), fence_token FROM fenced_job_leases) AS l")
+	}
+	for _, a := range attacks {
+		t.Run(a.name, func(t *testing.T) {
+			want := dump()
+			c := e.session(t)
+			mustExec(t, c, fmt.Sprintf("SET @fence_lease = 'invoice:acme', @fence_owner = X'%x', @fence_token = %d", old.Owner, old.Token))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var outcome []string
+			for _, q := range a.stmts {
+				if _, err := c.ExecContext(ctx, q); err != nil {
+					outcome = append(outcome, err.Error())
+				} else {
+					outcome = append(outcome, "ok")
+				}
+			}
+			if got := dump(); got != want {
+				t.Fatalf("a stale session on %s changed a protected table (outcomes %q):\nbefore\n%s\nafter\n%s", eng, outcome, want, got)
+			}
+		})
+	}
+}
+
+// TestRedteam2TiDB: TiDB's own statements and session variables.
+func TestRedteam2TiDB(t *testing.T) {
+	const upd, ins = "UPDATE invoices SET amount = 0", "INSERT INTO invoices (customer, period, amount) VALUES ('mallory', '2026-12', 1)"
+	runEngineAttacks(t, engTiDB, []engAttack{
+		{"BATCH ON DELETE", []string{"BATCH ON id LIMIT 1 DELETE FROM invoices"}},
+		{"BATCH UPDATE", []string{"BATCH LIMIT 1 UPDATE invoices SET amount = 0"}},
+		{"BATCH DRY RUN", []string{"BATCH ON id LIMIT 1 DRY RUN DELETE FROM invoices"}},
+		{"non-transactional INSERT SELECT", []string{"BATCH ON id LIMIT 1 INSERT INTO invoices (customer, period, amount) SELECT CONCAT(customer, 'x'), period, 0 FROM invoices"}},
+		{"FLASHBACK TABLE", []string{"FLASHBACK TABLE invoices TO invoices_back"}},
+		{"FLASHBACK DATABASE", []string{"FLASHBACK DATABASE nosuch TO nosuch2"}},
+		{"RECOVER TABLE", []string{"RECOVER TABLE invoices"}},
+		{"IMPORT INTO", []string{"IMPORT INTO invoices FROM '/etc/hostname'"}},
+		{"LOAD DATA", []string{"LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE invoices"}},
+		{"tidb_constraint_check_in_place", []string{"SET tidb_constraint_check_in_place = 1", ins}},
+		{"tidb_constraint_check_in_place_pessimistic off", []string{"SET tidb_constraint_check_in_place_pessimistic = 0", "BEGIN", ins, "COMMIT"}},
+		{"optimistic transaction", []string{"SET tidb_txn_mode = 'optimistic'", "BEGIN", upd, "COMMIT"}},
+		{"BEGIN OPTIMISTIC", []string{"BEGIN OPTIMISTIC", upd, ins, "COMMIT"}},
+		{"tidb_dml_type bulk", []string{"SET tidb_dml_type = 'bulk'", upd, ins}},
+		{"tidb_snapshot", []string{"SET tidb_snapshot = DATE_FORMAT(NOW() - INTERVAL 1 HOUR, '%Y-%m-%d %H:%i:%s')", upd}},
+		{"tidb_read_staleness", []string{"SET tidb_read_staleness = -5", upd}},
+		{"tidb_low_resolution_tso", []string{"SET tidb_low_resolution_tso = 1", upd, ins}},
+		{"async commit and 1PC off", []string{"SET tidb_enable_async_commit = 0, tidb_enable_1pc = 0", upd}},
+		{"READ COMMITTED", []string{"SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "BEGIN", upd, "COMMIT"}},
+		{"stale read transaction", []string{"START TRANSACTION READ ONLY AS OF TIMESTAMP NOW() - INTERVAL 5 SECOND", upd, "COMMIT"}},
+		{"SET TRANSACTION AS OF", []string{"SET TRANSACTION READ ONLY AS OF TIMESTAMP NOW() - INTERVAL 5 SECOND", upd}},
+		{"tidb_replica_read", []string{"SET tidb_replica_read = 'closest-replicas'", upd}},
+		{"ADMIN", []string{"ADMIN CHECK TABLE invoices", upd}},
+		{"SPLIT TABLE", []string{"SPLIT TABLE invoices BETWEEN (0) AND (100) REGIONS 2", upd}},
+		{"SET GLOBAL tidb_multi_statement_mode", []string{"SET GLOBAL tidb_multi_statement_mode = 'ON'"}},
+	})
+}
+
+// TestRedteam2Galera: Galera's session variables (wsrep_on=0 writes
+// without replication or certification).
+func TestRedteam2Galera(t *testing.T) {
+	const upd, ins = "UPDATE invoices SET amount = 0", "INSERT INTO invoices (customer, period, amount) VALUES ('mallory', '2026-12', 1)"
+	runEngineAttacks(t, engGalera, []engAttack{
+		{"wsrep_on off", []string{"SET SESSION wsrep_on = 0", upd, ins}},
+		{"wsrep_on off in a transaction", []string{"SET SESSION wsrep_on = OFF", "BEGIN", upd, "DELETE FROM invoices", "COMMIT"}},
+		{"wsrep_on off by SET STATEMENT", []string{"SET STATEMENT wsrep_on = 0 FOR " + upd}},
+		{"wsrep_sync_wait off", []string{"SET wsrep_sync_wait = 0", upd}},
+		{"streaming replication", []string{"SET wsrep_trx_fragment_unit = 'statements', wsrep_trx_fragment_size = 1", "BEGIN", upd, ins, "COMMIT"}},
+		{"dirty reads", []string{"SET wsrep_dirty_reads = 1", upd}},
+		{"RSU then ALTER", []string{"SET SESSION wsrep_OSU_method = 'RSU'", "ALTER TABLE invoices ADD COLUMN z INT", upd}},
+		{"wsrep_on off, then the lease table", []string{"SET SESSION wsrep_on = 0", "UPDATE fenced_job_leases SET fence_token = fence_token + 100"}},
+		{"SET GLOBAL wsrep_desync", []string{"SET GLOBAL wsrep_desync = ON", upd}},
+	})
+}
+
+// TestRedteam2DatabaseGuard: with fencing.database_guard: triggers, a stale
+// session goes for the guard triggers themselves, then writes.
+func TestRedteam2DatabaseGuard(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	tp := startProxy(t, s.Addr, guardProxyYAML(e, "zero_rows", "2s"), guardProxyAccount(t, e)...)
+	ctx := context.Background()
+	var guard string
+	if err := e.root.QueryRow("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = 'items' AND EVENT_MANIPULATION = 'UPDATE'", e.app).Scan(&guard); err != nil {
+		t.Fatal(err)
+	}
+	triggers := func() string {
+		return tableDump(t, e.root, "(SELECT TRIGGER_NAME, ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = '"+e.app+"') AS tr")
+	}
+	for _, a := range []engAttack{
+		{"DROP TRIGGER of the guard", []string{"DROP TRIGGER " + guard, "UPDATE items SET v = 'stale' WHERE id = 1"}},
+		{"DROP TRIGGER qualified", []string{"DROP TRIGGER IF EXISTS `" + e.app + "`.`" + guard + "`", "UPDATE items SET v = 'stale' WHERE id = 1"}},
+		{"CREATE OR REPLACE TRIGGER over the guard", []string{"CREATE OR REPLACE TRIGGER " + guard + " BEFORE UPDATE ON other FOR EACH ROW SET NEW.v = NEW.v", "UPDATE items SET v = 'stale' WHERE id = 1"}},
+		{"a trigger that precedes the guard", []string{"CREATE TRIGGER pre BEFORE UPDATE ON other FOR EACH ROW PRECEDES " + guard + " SET @fence_owner = NULL", "UPDATE items SET v = 'stale' WHERE id = 1"}},
+		{"RENAME the guarded table away and back", []string{"RENAME TABLE items TO items_x", "RENAME TABLE items_x TO items", "UPDATE items SET v = 'stale' WHERE id = 1"}},
+		{"guard exempt by a definer procedure", []string{"CREATE DEFINER = CURRENT_USER PROCEDURE gp() SQL SECURITY DEFINER UPDATE items SET v = 'stale'", "CALL gp()"}},
+		{"foreign_key_checks off", []string{"SET foreign_key_checks = 0", "DELETE FROM items WHERE id = 1"}},
+		{"sql_log_bin off", []string{"SET sql_log_bin = 0", "UPDATE items SET v = 'stale' WHERE id = 1"}},
+	} {
+		t.Run(a.name, func(t *testing.T) {
+			want, wantTr := e.dump(t), triggers()
+			c := guardSession(t, tp, e, fenceStale)
+			var outcome []string
+			for _, q := range a.stmts {
+				if _, err := c.ExecContext(ctx, q); err != nil {
+					outcome = append(outcome, err.Error())
+				} else {
+					outcome = append(outcome, "ok")
+				}
+			}
+			if got := e.dump(t); got != want {
+				t.Fatalf("a stale session changed a guarded table (outcomes %q):\n%s\n%s", outcome, want, got)
+			}
+			if got := triggers(); got != wantTr {
+				t.Fatalf("a stale session changed the guard triggers (outcomes %q):\n%s\n%s", outcome, wantTr, got)
 			}
 		})
 	}
