@@ -232,6 +232,45 @@ func TestRedteam2Statements(t *testing.T) {
 		{name: "GLOBAL init_connect in a compound statement", stmts: []string{"BEGIN NOT ATOMIC SET GLOBAL init_connect='SET NAMES gbk'; END"},
 			after: []string{"SET GLOBAL init_connect=''"}},
 		{name: "GLOBAL event_scheduler then an event", stmts: []string{"SET GLOBAL event_scheduler=ON; CREATE EVENT ev_x ON SCHEDULE AT CURRENT_TIMESTAMP DO CALL " + db + ".bump()"}},
+		// The server's own tables of stored programs, written directly:
+		// mysql.proc keeps the body the server runs (body) apart from the
+		// one information_schema shows (body_utf8).
+		{name: "mysql.proc body rewritten", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"UPDATE mysql.proc SET body = 'UPDATE " + db + ".invoices SET amount = amount + 1' WHERE db = '" + db + "' AND name = 'harmless'",
+				"CALL harmless()"}},
+		{name: "mysql.proc new row", each: true,
+			stmts: []string{"INSERT INTO mysql.proc SELECT '" + db + "', 'planted', type, 'planted', language, sql_data_access, is_deterministic, security_type, param_list, returns, " +
+				"'UPDATE " + db + ".invoices SET amount = amount + 1', definer, created, modified, sql_mode, comment, character_set_client, collation_connection, db_collation, 'SELECT 1', aggregate " +
+				"FROM mysql.proc WHERE db = '" + db + "' AND name = 'bump'", "CALL planted()"}},
+		{name: "mysql.event body rewritten", setup: []string{"CREATE EVENT IF NOT EXISTS ev_mysql ON SCHEDULE EVERY 1 DAY STARTS CURRENT_TIMESTAMP + INTERVAL 1 DAY DISABLE DO SELECT 1"},
+			stmts: []string{"UPDATE mysql.event SET body = 'UPDATE " + db + ".invoices SET amount = amount + 1', status = 'ENABLED', execute_at = NULL WHERE db = '" + db + "' AND name = 'ev_mysql'"}},
+		{name: "mysql.proc through USE", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"USE mysql", "UPDATE proc SET body = 'UPDATE " + db + ".invoices SET amount = amount + 1' WHERE db = '" + db + "' AND name = 'harmless'",
+				"USE " + db, "CALL harmless()"}},
+		{name: "mysql.proc quoted and spaced", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"UPDATE `mysql` . `proc` SET body = 'UPDATE " + db + ".invoices SET amount = amount + 1' WHERE db = '" + db + "' AND name = 'harmless'",
+				"CALL harmless()"}},
+		{name: "mysql.proc in EXECUTE IMMEDIATE", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"EXECUTE IMMEDIATE 'UPDATE mysql.proc SET body = ''UPDATE " + db + ".invoices SET amount = amount + 1'' WHERE db = ''" + db + "'' AND name = ''harmless'''",
+				"CALL harmless()"}},
+		{name: "mysql.proc in a compound statement", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"BEGIN NOT ATOMIC UPDATE mysql.proc SET body = 'UPDATE " + db + ".invoices SET amount = amount + 1' WHERE db = '" + db + "' AND name = 'harmless'; END",
+				"CALL harmless()"}},
+		{name: "mysql.proc by a procedure", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"CREATE PROCEDURE rewriter() UPDATE mysql.proc SET body = 'UPDATE " + db + ".invoices SET amount = amount + 1' WHERE db = '" + db + "' AND name = 'harmless'",
+				"CALL rewriter()", "CALL harmless()"}},
+		{name: "mysql.proc by a multi-table UPDATE", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"UPDATE notes, mysql.proc SET mysql.proc.body = 'UPDATE " + db + ".invoices SET amount = amount + 1' WHERE mysql.proc.db = '" + db + "' AND mysql.proc.name = 'harmless'",
+				"CALL harmless()"}},
+		{name: "mysql.proc renamed over", setup: []string{"CREATE OR REPLACE PROCEDURE harmless() SELECT 1"}, each: true,
+			stmts: []string{"CREATE TABLE proc_copy LIKE mysql.proc", "INSERT INTO proc_copy SELECT * FROM mysql.proc",
+				"UPDATE proc_copy SET body = 'UPDATE " + db + ".invoices SET amount = amount + 1' WHERE db = '" + db + "' AND name = 'harmless'",
+				"RENAME TABLE mysql.proc TO proc_old, proc_copy TO mysql.proc", "CALL harmless()"},
+			after: []string{"RENAME TABLE mysql.proc TO " + db + ".proc_bad, " + db + ".proc_old TO mysql.proc"}},
+		one("mysql.func row", "INSERT INTO mysql.func VALUES ('sys_exec', 2, 'lib_mysqludf_sys.so', 'function')"),
+		one("mysql.servers row", "INSERT INTO mysql.servers (Server_name, Host, Db, Username, Password, Port, Socket, Wrapper, Owner) VALUES ('loop', '127.0.0.1', '"+db+"', 'x', 'y', 3306, '', 'mysql', '')"),
+		one("mysql.proc via REPLACE", "REPLACE INTO mysql.proc SELECT * FROM mysql.proc WHERE db = '"+db+"' AND name = 'bump'"),
+		one("mysql.proc via LOAD DATA", "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE mysql.proc"),
 		each("FLUSH TABLES WITH READ LOCK, then UNLOCK and write", "FLUSH TABLES WITH READ LOCK", "UNLOCK TABLES", "UPDATE invoices SET amount=0"),
 		each("LOCK TABLES WRITE on the lease table", "LOCK TABLES fenced_job_leases WRITE", "UPDATE fenced_job_leases SET fence_token=fence_token+100", "UNLOCK TABLES"),
 		one("HANDLER on the lease table via an alias", "HANDLER notes OPEN AS fenced_job_leases; HANDLER fenced_job_leases READ FIRST; HANDLER fenced_job_leases CLOSE; UPDATE invoices SET amount=0"),
@@ -653,6 +692,71 @@ func TestRedteam2DatabaseGuard(t *testing.T) {
 			}
 			if got := triggers(); got != wantTr {
 				t.Fatalf("a stale session changed the guard triggers (outcomes %q):\n%s\n%s", outcome, wantTr, got)
+			}
+		})
+	}
+}
+
+// TestRedteam2ProxyAccount: a stale session takes privileges away from the
+// proxy's own account (the app account may administer accounts), so that
+// the catalog, reading information_schema with it, stops seeing the
+// triggers, views and routine bodies that write protected tables; then it
+// uses them.
+func TestRedteam2ProxyAccount(t *testing.T) {
+	for _, blind := range []string{
+		"REVOKE TRIGGER ON *.* FROM %s",
+		"REVOKE SELECT ON *.* FROM %s",
+		"REVOKE SHOW VIEW ON *.* FROM %s",
+		"REVOKE ALL PRIVILEGES, GRANT OPTION FROM %s",
+		"REVOKE SELECT, SHOW VIEW, TRIGGER, EVENT ON *.* FROM %s",
+		"DROP USER %s",
+		"ALTER USER %s ACCOUNT LOCK",
+		"RENAME USER %s TO 'rt2_renamed'@'%%'",
+		"SET PASSWORD FOR %s = PASSWORD('rt2-other')",
+		"ALTER USER %s WITH MAX_QUERIES_PER_HOUR 1",
+	} {
+		t.Run(strings.Fields(blind)[0]+" "+strings.Fields(blind)[1]+" "+strings.Fields(blind)[2], func(t *testing.T) {
+			e := newRedteamEnv(t)
+			acct := "'" + e.proxy.Config.Backend.User + "'@'%'"
+			t.Cleanup(func() {
+				e.root.Exec("DROP USER IF EXISTS 'rt2_renamed'@'%'")
+			})
+			want := e.protected(t)
+			c := e.session(t, "multiStatements=true")
+			mustExec(t, c, fmt.Sprintf("SET @fence_lease = 'invoice:acme', @fence_owner = X'%x', @fence_token = %d", e.stale.Owner, e.stale.Token))
+			ctx := context.Background()
+			_, berr := c.ExecContext(ctx, fmt.Sprintf(blind, acct))
+			t.Logf("%s: %v", blind, berr)
+			// Make the proxy log in again and read its catalog.
+			rows, err := e.root.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ?", e.proxy.Config.Backend.User)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []int64
+			for rows.Next() {
+				var id int64
+				rows.Scan(&id)
+				ids = append(ids, id)
+			}
+			rows.Close()
+			for _, id := range ids {
+				e.root.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			e.proxy.Proxy.WaitCatalog(wctx, e.proxy.Proxy.CatalogChecks()+2)
+			cancel()
+			var outcomes []string
+			for _, q := range []string{"INSERT INTO trg_t VALUES (9, 9)", "CALL bump()", "SELECT bumpf()", "UPDATE v_inv SET amount = 0",
+				"DELETE FROM parent2 WHERE id = 2"} {
+				if _, err := c.ExecContext(ctx, q); err != nil {
+					outcomes = append(outcomes, err.Error())
+				} else {
+					outcomes = append(outcomes, "ok")
+				}
+			}
+			if got := e.protected(t); got != want {
+				t.Fatalf("after %q through the proxy (%v), stale writes through the catalog's objects landed (%q):\n%s\n%s",
+					blind, berr, outcomes, want, got)
 			}
 		})
 	}

@@ -92,6 +92,9 @@ func (in *stmtIn) decideStmt() stmtRes {
 	if r, ok := in.kindRefusal(); ok {
 		return r
 	}
+	if r, ok := in.systemSchemaRefusal(); ok {
+		return r
+	}
 	// Lease functions: only the exact SELECT fence_xxx(...) shape.
 	if i := in.leaseMention(); i >= 0 {
 		return in.leaseCall(i)
