@@ -584,18 +584,20 @@ func runEngineAttacks(t *testing.T, eng string, attacks []engAttack) {
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
 			want := dump()
-			c := e.session(t)
+			c := e.session(t, "multiStatements=true")
 			mustExec(t, c, fmt.Sprintf("SET @fence_lease = 'invoice:acme', @fence_owner = X'%x', @fence_token = %d", old.Owner, old.Token))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var outcome []string
 			for _, q := range a.stmts {
+				q = strings.ReplaceAll(q, "$DB", e.db)
 				if _, err := c.ExecContext(ctx, q); err != nil {
 					outcome = append(outcome, err.Error())
 				} else {
 					outcome = append(outcome, "ok")
 				}
 			}
+			t.Logf("outcomes %q", outcome)
 			if got := dump(); got != want {
 				t.Fatalf("a stale session on %s changed a protected table (outcomes %q):\nbefore\n%s\nafter\n%s", eng, outcome, want, got)
 			}
@@ -632,6 +634,21 @@ func TestRedteam2TiDB(t *testing.T) {
 		{"ADMIN", []string{"ADMIN CHECK TABLE invoices", upd}},
 		{"SPLIT TABLE", []string{"SPLIT TABLE invoices BETWEEN (0) AND (100) REGIONS 2", upd}},
 		{"SET GLOBAL tidb_multi_statement_mode", []string{"SET GLOBAL tidb_multi_statement_mode = 'ON'"}},
+		// TiDB's session migration statement sets sql_mode behind a SET
+		// the proxy does not read as one of sql_mode.
+		{"SET SESSION_STATES NO_BACKSLASH_ESCAPES", []string{`SET SESSION_STATES '{"current-db":"$DB","sys-vars":{"sql_mode":"NO_BACKSLASH_ESCAPES"}}'`,
+			`SELECT 'a\'; UPDATE invoices SET amount = 0; -- '`}},
+		{"SET SESSION_STATES after the proxy learned sql_mode", []string{`SELECT 'x\'y'`,
+			`SET SESSION_STATES '{"current-db":"$DB","sys-vars":{"sql_mode":"NO_BACKSLASH_ESCAPES"}}'`, `SELECT 'a\'; UPDATE invoices SET amount = 0; -- '`}},
+		{"SET SESSION_STATES with a JSON escape in the name", []string{"SELECT 'x\\'y'",
+			`SET SESSION_STATES '{"current-db":"$DB","sys-vars":{"sql\\u005fmode":"NO_BACKSLASH_ESCAPES"}}'`, `SELECT 'a\'; UPDATE invoices SET amount = 0; -- '`}},
+		{"SET SESSION_STATES gbk by a JSON escape", []string{"SELECT 'x\\'y'",
+			`SET SESSION_STATES '{"current-db":"$DB","sys-vars":{"character\\u005fset\\u005fclient":"gbk"}}'`, "SELECT '\xbf\\'; UPDATE invoices SET amount = 0; -- '"}},
+		{"SET SESSION_STATES ANSI_QUOTES", []string{`SET SESSION_STATES '{"current-db":"$DB","sys-vars":{"sql_mode":"ANSI_QUOTES"}}'`,
+			`UPDATE "invoices" SET amount = 0`}},
+		{"SET CONFIG", []string{"SET CONFIG tikv `split.qps-threshold` = 1000", upd}},
+		{"SET BINDING", []string{"SET BINDING DISABLED FOR SELECT * FROM invoices", upd}},
+		{"SET RESOURCE GROUP", []string{"SET RESOURCE GROUP default", upd}},
 	})
 }
 
