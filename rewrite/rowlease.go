@@ -72,15 +72,31 @@ func userVarSQL(name string) string {
 // TestRowLeaseAttacks "session lease a number"). CHARSET() of a number,
 // NULL or a binary string is 'binary'; fence_acquire sets a utf8mb4 one,
 // and a fence comment's lease is a utf8mb4 literal.
+//
+// A CHAR column is read through RTRIM: under sql_mode
+// PAD_CHAR_TO_FULL_LENGTH the server reads a CHAR value with its padding,
+// and a CHAR column before the template's end ("r:{region}:{customer_id}",
+// region CHAR(4)) made the row 'eu', 'acme' read as lease 'r:eu  :acme',
+// another lease name that a worker can hold (measured on MariaDB:
+// TestRedteam3RowLeaseEngine "PAD_CHAR_TO_FULL_LENGTH update"). Stored CHAR
+// values have no trailing spaces (the INSERT row lease trims them too), so
+// RTRIM reads them as the server does without that mode. Columns whose
+// types were not read (no start-up check) may be CHAR: the condition
+// then holds only outside PAD_CHAR_TO_FULL_LENGTH.
 func rowLeaseCond(tpl *policy.Template, leaseSQL string) string {
 	var b strings.Builder
+	sch := tpl.Schema()
 	b.WriteString("CONVERT(CONCAT(")
 	for i, p := range tpl.Parts {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		if p.Column != "" {
-			b.WriteString(quoteIdent(p.Column))
+			if col, ok := templateColumn(sch, p.Column); ok && col.Padded {
+				b.WriteString("RTRIM(" + quoteIdent(p.Column) + ")")
+			} else {
+				b.WriteString(quoteIdent(p.Column))
+			}
 		} else {
 			b.WriteString("'" + p.Lit + "'")
 		}
@@ -89,7 +105,11 @@ func rowLeaseCond(tpl *policy.Template, leaseSQL string) string {
 	b.WriteString(leaseSQL)
 	b.WriteString(" AND CHARSET(")
 	b.WriteString(leaseSQL)
-	b.WriteString(") <> 'binary')")
+	b.WriteString(") <> 'binary'")
+	if sch == nil {
+		b.WriteString(" AND FIND_IN_SET('PAD_CHAR_TO_FULL_LENGTH', @@SESSION.sql_mode) = 0")
+	}
+	b.WriteString(")")
 	return "(" + b.String()
 }
 
@@ -441,4 +461,13 @@ func pinnedLease(where ast.ExprNode, tpl *policy.Template) string {
 		return ""
 	}
 	return l
+}
+
+// templateColumn is sch's column name; ok is false when the schema was not
+// read.
+func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateColumn, bool) {
+	if sch == nil {
+		return policy.TemplateColumn{}, false
+	}
+	return sch.Column(name)
 }
