@@ -95,3 +95,31 @@ func TestRedteam3RowLeaseEngine(t *testing.T) {
 		}
 	})
 }
+
+// TestRedteam3DeleteHistory: on a system-versioned protected table,
+// MariaDB's DELETE HISTORY removes the table's history rows; the parser
+// read it as a multi-table DELETE of a table named history, and the proxy
+// forwarded it unfenced (landed before the fix: the stale session's
+// DELETE HISTORY removed the history). It is refused now.
+func TestRedteam3DeleteHistory(t *testing.T) {
+	e := newFencedEnv(t, envOptions{tables: []string{"vers_rows"}})
+	mustExec(t, e.root, "CREATE TABLE vers_rows (id INT PRIMARY KEY, amount INT NOT NULL) WITH SYSTEM VERSIONING")
+	mustExec(t, e.root, "INSERT INTO vers_rows VALUES (1, 10)")
+	mustExec(t, e.root, "UPDATE vers_rows SET amount = 11 WHERE id = 1")
+	history := func() string {
+		return queryString(t, e.root, "SELECT COUNT(*) FROM vers_rows FOR SYSTEM_TIME ALL")
+	}
+	before := history()
+	c := e.session(t) // no fence: a stale session
+	for _, q := range []string{"DELETE HISTORY FROM vers_rows", "DELETE HISTORY FROM vers_rows BEFORE SYSTEM_TIME NOW(6)",
+		"delete /* x */ history from vers_rows"} {
+		_, err := c.ExecContext(context.Background(), q)
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1148 {
+			t.Errorf("%s: %v, want refused (ERR 1148)", q, err)
+		}
+	}
+	if got := history(); got != before {
+		t.Fatalf("history rows: %s, were %s", got, before)
+	}
+}
