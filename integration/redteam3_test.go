@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -122,4 +123,95 @@ func TestRedteam3DeleteHistory(t *testing.T) {
 	if got := history(); got != before {
 		t.Fatalf("history rows: %s, were %s", got, before)
 	}
+}
+
+// TestRedteam3PreparedAcrossReload: statements prepared (COM_STMT_PREPARE)
+// while invoice_rows took its lease from the session, executed after a
+// reload made its lease a template: a worker holding invoice:acme must
+// not change beta's rows through them.
+func TestRedteam3PreparedAcrossReload(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		if !withAccount(t) {
+			t.Skip("the account deployment runs them")
+		}
+		e := newFencedEnv(t, envOptions{engine: eng, account: true, tables: []string{"invoice_rows"}})
+		mustExec(t, e.root, rowLeaseTable)
+		mustExec(t, e.root, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 10), (2, 'acme', 20), (3, 'beta', 30), (4, 'beta', 40)")
+		ctx := context.Background()
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		c := e.session(t)
+		setFence(t, c, acme)
+		attempts := []struct {
+			name, q string
+			args    []any
+		}{
+			{"update by key, session fence", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = ?", []any{3}},
+			{"delete by key, session fence", "DELETE FROM invoice_rows WHERE id = ?", []any{4}},
+			{"insert a beta row, session fence", "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (?, ?, 0)", []any{9, "beta"}},
+			{"update by key, statement fence", withComment(t, "UPDATE invoice_rows SET amount = amount + 1 WHERE id = ?", acme), []any{3}},
+			{"insert a beta row, statement fence", withComment(t, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (?, ?, 0)", acme), []any{8, "beta"}},
+		}
+		stmts := make([]*sql.Stmt, len(attempts))
+		for i, a := range attempts {
+			s, err := c.PrepareContext(ctx, a.q)
+			if err != nil {
+				t.Fatalf("%s: prepare: %v", a.name, err)
+			}
+			defer s.Close()
+			stmts[i] = s
+		}
+		// SQL-level PREPARE, fenced by the session's variables.
+		if _, err := c.ExecContext(ctx, "PREPARE upd FROM 'UPDATE invoice_rows SET amount = amount + 1 WHERE id = 3'"); err != nil {
+			t.Fatal(err)
+		}
+		beta := func() string {
+			e.sync(t)
+			return queryString(t, e.root, "SELECT GROUP_CONCAT(CONCAT(id, ':', amount) ORDER BY id) FROM invoice_rows WHERE customer_id = 'beta'")
+		}
+		audit := "audit:\n  file: " + e.audits + "\n"
+		e.proxy.reload(t, audit+"tables:\n  - name: "+e.db+".reconciliation_runs\n    lease: admin:reconciliation\n  - name: "+e.db+
+			".invoices\n  - name: "+e.db+".invoice_rows\n    lease: \"invoice:{customer_id}\"\n")
+		checkTemplates(t, e)
+		for i, a := range attempts {
+			t.Run(a.name, func(t *testing.T) {
+				before := beta()
+				r, err := stmts[i].ExecContext(ctx, a.args...)
+				if err == nil {
+					if n, _ := r.RowsAffected(); n != 0 {
+						t.Errorf("%d rows affected, want 0 or an error", n)
+					}
+				}
+				if got := beta(); got != before {
+					t.Fatalf("beta's rows changed by a statement prepared before the reload: %s, were %s", got, before)
+				}
+			})
+		}
+		t.Run("SQL PREPARE, EXECUTE", func(t *testing.T) {
+			before := beta()
+			r, err := c.ExecContext(ctx, "EXECUTE upd")
+			if err == nil {
+				if n, _ := r.RowsAffected(); n != 0 {
+					t.Errorf("%d rows affected, want 0 or an error", n)
+				}
+			}
+			if got := beta(); got != before {
+				t.Fatalf("beta's rows changed by EXECUTE of a PREPARE before the reload: %s, were %s", got, before)
+			}
+		})
+		// Prepared again, each is fenced per row: acme's own row changes.
+		s, err := c.PrepareContext(ctx, "UPDATE invoice_rows SET amount = amount + 1 WHERE id = ?")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for _, id := range []int{3, 1} {
+			r, err := s.ExecContext(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := r.RowsAffected(); n != map[int]int64{3: 0, 1: 1}[id] {
+				t.Errorf("prepared again, id %d: %d rows", id, n)
+			}
+		}
+	})
 }

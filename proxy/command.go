@@ -24,6 +24,7 @@ type preparedStmt struct {
 	gen    uint64
 	fenced bool
 	text   string
+	sent   [32]byte // SHA-256 of the text the server holds (fenced, or as written for a guarded write)
 
 	// for lease functions the proxy answers itself
 	id     uint32

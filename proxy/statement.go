@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -253,7 +254,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	// A guarded write is prepared as it was written; every execution is
 	// guarded.
 	ps := &preparedStmt{gen: rt.gen, fenced: sendsFence(d) || len(d.Stmts) == 1 && c.fence.GuardOf(&d.Stmts[0]) != nil,
-		text: string(payload[1:])}
+		text: string(payload[1:]), sent: sentDigest(d, payload[1:])}
 	if len(d.Stmts) == 1 {
 		ps.stmt = d.Stmts[0]
 	}
@@ -354,6 +355,19 @@ func (c *clientConn) redecide(rt *runtime, ps *preparedStmt) *rewrite.Refusal {
 		}
 		return &rewrite.Refusal{Table: t, Reason: "the fencing policy changed since this statement was prepared " +
 			"and now protects a table it writes; prepare it again"}
+	case ps.fenced && (sentDigest(d, []byte(ps.text)) != ps.sent || len(d.Stmts) != 1 || !sameFence(ps.stmt.Fence, d.Stmts[0].Fence)):
+		// The server holds the fence (or the guard checks the fence) the
+		// statement was prepared with: a reload that changes it (a table's
+		// lease made a template, another fixed lease) must not leave the
+		// old one in force (found by red team 3: after "invoice:{customer_id}"
+		// was configured, an UPDATE prepared before it changed beta's rows
+		// under acme's fence).
+		t := ""
+		if f := ps.stmt.Fence; f != nil && len(f.Targets) > 0 {
+			t = f.Targets[0].Schema + "." + f.Targets[0].Table
+		}
+		return &rewrite.Refusal{Table: t, Reason: "the fencing policy changed since this statement was prepared " +
+			"and changes how its write is fenced; prepare it again"}
 	}
 	ps.gen = rt.gen
 	if !ps.fenced {
@@ -363,6 +377,37 @@ func (c *clientConn) redecide(rt *runtime, ps *preparedStmt) *rewrite.Refusal {
 		}
 	}
 	return nil
+}
+
+// sentDigest is the SHA-256 of the text d sends the server for a
+// statement whose client text is text.
+func sentDigest(d rewrite.Decision, text []byte) [32]byte {
+	if d.SQL != nil {
+		return sha256.Sum256(d.SQL)
+	}
+	return sha256.Sum256(text)
+}
+
+// sameFence reports whether two decisions fence a write alike: the same
+// targets under the same leases (fixed, the session's, a template and its
+// row lease), the same presented fence, guard and answer.
+func sameFence(a, b *rewrite.Fence) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Guard != b.Guard || a.Rows != b.Rows || (a.Presented == nil) != (b.Presented == nil) ||
+		a.Presented != nil && *a.Presented != *b.Presented || len(a.Targets) != len(b.Targets) {
+		return false
+	}
+	for i := range a.Targets {
+		x, y := a.Targets[i], b.Targets[i]
+		if !strings.EqualFold(x.Schema, y.Schema) || !strings.EqualFold(x.Table, y.Table) || x.Lease != y.Lease ||
+			x.RowLease != y.RowLease || (x.Template == nil) != (y.Template == nil) ||
+			x.Template != nil && x.Template.Text != y.Template.Text {
+			return false
+		}
+	}
+	return true
 }
 
 // comExecute handles COM_STMT_EXECUTE of the statement its id names as
@@ -492,14 +537,16 @@ func (c *clientConn) learnCharset() bool {
 }
 
 // staleNamedPrepare refuses EXECUTE of a SQL-level prepared statement that
-// was prepared unfenced under an older fencing policy: the proxy does not
-// keep its text to decide again, so the client must run PREPARE again.
+// was prepared under an older fencing policy: the proxy does not keep its
+// text to decide again, so the client must run PREPARE again. A fenced one
+// too: the server holds the old policy's fence (red team 3: a table's lease
+// made a template left the prepared write fenced under any valid lease).
 func (c *clientConn) staleNamedPrepare(rt *runtime, stmts []rewrite.Stmt) *rewrite.Refusal {
 	for _, st := range stmts {
 		if st.Kind != rewrite.Execute {
 			continue
 		}
-		if ps := c.named[st.Name]; ps != nil && ps.gen != rt.gen && !ps.fenced {
+		if ps := c.named[st.Name]; ps != nil && ps.gen != rt.gen {
 			return &rewrite.Refusal{Reason: "the fencing policy changed since PREPARE " + st.Name +
 				"; run PREPARE " + st.Name + " again"}
 		}
