@@ -65,6 +65,14 @@ func TestRedteam3Attempts(t *testing.T) {
 		{"fence comment on SET of the fence variables", "SET @fence_owner = 'x' /*" + fcBody + "*/", "stripped"},
 		{"fence comment on SELECT ... FOR UPDATE", "SELECT * FROM invoices WHERE id = 7 FOR UPDATE /*" + fcBody + "*/", "stripped"},
 		{"fence comment on a lease function", "SELECT fence_release() /*" + fcBody + "*/", "refuse-or-answer"},
+		// The owner never reaches the server from a statement a fence
+		// comment does not apply to (landed before the fix: forwarded as written).
+		{"two well-formed fence comments on a read", "SELECT 1 /*" + fcBody + "*/ /*" + fcBody + "*/", "stripped"},
+		{"fence comment between a read's tokens", "SELECT /*" + fcBody + "*/ 1", "stripped"},
+		{"fence comment glued between a read's tokens", "SELECT/*" + fcBody + "*/1", "stripped-glued"},
+		{"fence comment inside an unprotected write", "UPDATE other /*" + fcBody + "*/ SET a = 1", "stripped"},
+		{"fence comment in a read's subquery", "SELECT (SELECT 1 /*" + fcBody + "*/) FROM DUAL", "stripped"},
+		{"malformed fence comment on a read (left alone, as documented)", "SELECT 1 /*fence_lease='a',fence_owner='o'*/", "forward"},
 		// Row leases.
 		{"insert '\\%' keeps its backslash", "INSERT INTO invoice_rows (id, customer_id) VALUES (1, 'a\\%')", `row=invoice:a\%`},
 		{"insert '\\q' loses its backslash", "INSERT INTO invoice_rows (id, customer_id) VALUES (1, 'a\\qb')", "row=invoice:aqb"},
@@ -163,6 +171,10 @@ func TestRedteam3Attempts(t *testing.T) {
 					}
 				case want == "session-stripped":
 					if d.Action != Send || fence(1) == nil || fence(1).Presented != nil || strings.Contains(string(d.SQL), "fence_owner=") {
+						bad()
+					}
+				case want == "stripped-glued":
+					if d.Action != Send || string(d.SQL) != "SELECT 1" {
 						bad()
 					}
 				case want == "stripped":

@@ -458,7 +458,13 @@ func (in *stmtIn) applyStmtFence(res *stmtRes, fc *fenceComment, end int) {
 		if relevant {
 			refuse("this statement's fence comment cannot be applied: " + fc.malformed +
 				"; write /*fence_lease='...',fence_owner='...',fence_token='...'*/ with URL-encoded values")
+			return
 		}
+		in.stripFenceComments(res, end)
+		return
+	}
+	if !relevant {
+		in.stripFenceComments(res, end)
 		return
 	}
 	if relevant && in.strayFenceKey(in.start, end, fc) {
@@ -487,4 +493,42 @@ func (in *stmtIn) applyStmtFence(res *stmtRes, fc *fenceComment, end int) {
 		}
 	}
 	res.edits = append(res.edits, edit{pos: fc.start, end: fc.end, text: fc.repl, strip: true})
+}
+
+// stripFenceComments removes every well-formed fence comment from a
+// statement that a fence comment does not apply to (a read, a write to an
+// unprotected table): at its start or end, two of them, or one between
+// its tokens (replaced by a space there), so that the owner token never
+// reaches the server. Found by red team 3: SELECT /*fence...*/ 1 and
+// SELECT 1 /*fence...*/ /*fence...*/ went to the server (general log,
+// PROCESSLIST) with the owner in clear. A malformed comment is left alone.
+func (in *stmtIn) stripFenceComments(res *stmtRes, end int) {
+	src := in.pc.src
+	if end > len(src) {
+		end = len(src)
+	}
+	prev := in.start
+	for i := 0; i <= len(in.toks); i++ {
+		to, inner := end, i > 0 && i < len(in.toks)
+		if i < len(in.toks) {
+			to = in.toks[i].Start
+		}
+		if prev < to {
+			for _, c := range plainComments(src, prev, to) {
+				if !hasFenceKey(src[c[0]+2 : c[1]-2]) {
+					continue
+				}
+				if fc := parseFenceComment(src, c[0], c[1]); fc.malformed == "" {
+					text := fc.repl
+					if text == "" && inner {
+						text = " "
+					}
+					res.edits = append(res.edits, edit{pos: c[0], end: c[1], text: text, strip: true})
+				}
+			}
+		}
+		if i < len(in.toks) {
+			prev = in.toks[i].End
+		}
+	}
 }
