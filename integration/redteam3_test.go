@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,6 +213,76 @@ func TestRedteam3PreparedAcrossReload(t *testing.T) {
 			if n, _ := r.RowsAffected(); n != map[int]int64{3: 0, 1: 1}[id] {
 				t.Errorf("prepared again, id %d: %d rows", id, n)
 			}
+		}
+	})
+}
+
+// TestRedteam3StatementFenceInterplay: a statement fence comment against
+// the session's fence and the proxy's caches. Lease job:a is taken over
+// (the worker's fence is stale), job:b is valid. Every attempt runs on a
+// fresh session against invoice 1; want is the affected rows of the last
+// statement (0: rejected, 1: accepted).
+func TestRedteam3StatementFenceInterplay(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng})
+		ctx := context.Background()
+		mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+		stale := e.acquire(t, "job:a", time.Hour)
+		e.takeover(t, stale)
+		valid := e.acquire(t, "job:b", time.Hour)
+		mixed := valid
+		mixed.Name = stale.Name // job:a's name, job:b's owner and token
+		w := "UPDATE invoices SET amount = amount + 1 WHERE id = 1"
+		none := lease.Lease{}
+		attempts := []struct {
+			name    string
+			session lease.Lease // the session's fence (none: no fence variables)
+			stmts   []string    // {S} = the valid comment, {X} = the stale one, {M} = the mixed one
+			want    int64
+		}{
+			{"stale comment over a valid session fence", valid, []string{w + " {X}"}, 0},
+			{"valid comment over a stale session fence (control)", stale, []string{w + " {S}"}, 1},
+			{"same text without the comment after an accepted commented one", stale, []string{w + " {S}", w}, 0},
+			{"same text with the stale comment after the valid one", none, []string{w + " {S}", w + " {X}"}, 0},
+			{"stale comment at the start after the valid one at the end", none, []string{w + " {S}", "{X} " + w}, 0},
+			{"mixed fence: another lease's owner and token", valid, []string{w + " {M}"}, 0},
+			{"valid comment on a SET, then the write uncommented", stale, []string{"SET @x = 1 {S}", w}, 0},
+			{"valid comment on a read in the same packet before the write", stale, []string{"SELECT 1 {S}; " + w}, -1},
+		}
+		for _, a := range attempts {
+			t.Run(a.name, func(t *testing.T) {
+				c := e.session(t, "multiStatements=true")
+				if a.session != none {
+					setFence(t, c, a.session)
+				}
+				var n int64 = -1
+				for _, q := range a.stmts {
+					q = strings.NewReplacer("{S}", lease.FenceComment(valid), "{X}", lease.FenceComment(stale),
+						"{M}", lease.FenceComment(mixed)).Replace(q)
+					before := queryString(t, e.root, "SELECT amount FROM invoices WHERE id = 1")
+					r, err := c.ExecContext(ctx, q)
+					var me *mysql.MySQLError
+					switch {
+					case errors.As(err, &me) && (me.Number == 1644 || me.Number == 1148):
+						n = 0
+					case err != nil:
+						t.Fatalf("%s: %v", q, err)
+					default:
+						n = rowsAffected(r)
+					}
+					e.sync(t)
+					after := queryString(t, e.root, "SELECT amount FROM invoices WHERE id = 1")
+					if (after != before) != (n == 1) && !strings.Contains(q, ";") {
+						t.Fatalf("%s: %d rows affected, amount %s -> %s", q, n, before, after)
+					}
+					if strings.Contains(q, ";") && after != before {
+						t.Fatalf("%s: the stale session's write in a packet with a valid comment on a read took effect", q)
+					}
+				}
+				if a.want >= 0 && n != a.want {
+					t.Fatalf("last statement: %d rows affected, want %d", n, a.want)
+				}
+			})
 		}
 	})
 }
