@@ -286,3 +286,33 @@ func TestRedteam3StatementFenceInterplay(t *testing.T) {
 		}
 	})
 }
+
+// TestRedteam3RowLeaseNullUnderOracle: a row whose template column is NULL
+// is in no lease (docs/row-leases.md); under MariaDB's sql_mode ORACLE,
+// CONCAT reads NULL as '', so the row would read as lease "n:".
+func TestRedteam3RowLeaseNullUnderOracle(t *testing.T) {
+	e := newFencedEnv(t, envOptions{account: true, tables: []string{"null_rows"}, leases: map[string]string{"null_rows": "n:{customer_id}"}})
+	mustExec(t, e.root, "CREATE TABLE null_rows (id INT PRIMARY KEY, customer_id VARCHAR(20) COLLATE utf8mb4_bin NULL, amount INT NOT NULL)")
+	checkTemplates(t, e)
+	mustExec(t, e.root, "INSERT INTO null_rows VALUES (1, NULL, 10)")
+	l := e.acquire(t, "n:", time.Minute)
+	ctx := context.Background()
+	for _, mode := range []string{"ORACLE", "EMPTY_STRING_IS_NULL", ""} {
+		c := e.session(t)
+		setFence(t, c, l)
+		if _, err := c.ExecContext(ctx, "SET SESSION sql_mode = '"+mode+"'"); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"UPDATE null_rows SET amount = amount + 1 WHERE id = 1", "DELETE FROM null_rows WHERE id = 1"} {
+			if _, err := c.ExecContext(ctx, q); err != nil {
+				var me *mysql.MySQLError
+				if !errors.As(err, &me) || me.Number != 1148 && me.Number != 1644 {
+					t.Fatalf("%s under %q: %v", q, mode, err)
+				}
+			}
+			if got := queryString(t, e.root, "SELECT CONCAT(COUNT(*), ':', COALESCE(MAX(amount), '')) FROM null_rows"); got != "1:10" {
+				t.Fatalf("%s under sql_mode %q changed the NULL row, a row of no lease: %s", q, mode, got)
+			}
+		}
+	}
+}
