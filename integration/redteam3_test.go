@@ -289,7 +289,7 @@ func TestRedteam3StatementFenceInterplay(t *testing.T) {
 
 // TestRedteam3RowLeaseNullUnderOracle: a row whose template column is NULL
 // is in no lease (docs/row-leases.md); under MariaDB's sql_mode ORACLE,
-// CONCAT reads NULL as '', so the row would read as lease "n:".
+// CONCAT reads NULL as an empty string, so the row would read as lease "n:".
 func TestRedteam3RowLeaseNullUnderOracle(t *testing.T) {
 	e := newFencedEnv(t, envOptions{account: true, tables: []string{"null_rows"}, leases: map[string]string{"null_rows": "n:{customer_id}"}})
 	mustExec(t, e.root, "CREATE TABLE null_rows (id INT PRIMARY KEY, customer_id VARCHAR(20) COLLATE utf8mb4_bin NULL, amount INT NOT NULL)")
