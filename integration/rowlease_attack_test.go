@@ -57,7 +57,7 @@ var rowLeaseAttacks = []struct {
 	{"odku moving acme's row to beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 0) ON DUPLICATE KEY UPDATE customer_id = 'beta'"}, true, nil, false},
 	{"replace beta's row", []string{"REPLACE INTO invoice_rows (id, customer_id, amount) VALUES (4, 'beta', 0)"}, false, nil, false},
 	{"insert select from beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) SELECT id + 10, customer_id, 0 FROM invoice_rows WHERE customer_id = 'beta'"}, true, nil, false},
-	{"insert beta through a placeholder", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, ?, 0)"}, true, nil, false},
+	{"insert beta through a placeholder", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, ?, 0)"}, false, nil, false},
 	{"insert value cut to beta", []string{"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'betaXXXXXXXXXXXXXXXXXXX', 0)"}, true, nil, false},
 	{"replace on the loose table", []string{"REPLACE INTO loose_rows (id, customer_id, amount) VALUES (3, 'acme', 0)"}, true, nil, false},
 }

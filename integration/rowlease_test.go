@@ -301,7 +301,7 @@ func TestRowLeaseRefusedForms(t *testing.T) {
 			"INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 0) ON DUPLICATE KEY UPDATE customer_id = 'beta'")
 		// Values the proxy cannot compute.
 		mustRefuse(t, c, "INSERT ... SELECT", "INSERT INTO invoice_rows (id, customer_id, amount) SELECT 9, customer_id, 0 FROM invoice_rows WHERE id = 3")
-		mustRefuse(t, c, "placeholder", "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (?, ?, ?)", 9, "beta", 0)
+		mustRefuse(t, c, "EXECUTE ... USING binds user variables", "PREPARE s FROM 'INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, ?, 0)'")
 		mustRefuse(t, c, "expression", "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, CONCAT('be', 'ta'), 0)")
 		mustRefuse(t, c, "expression", "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, status, 0)")
 		mustRefuse(t, c, "DEFAULT", "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, DEFAULT, 0)")

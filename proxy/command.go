@@ -26,10 +26,15 @@ type preparedStmt struct {
 	text   string
 	sent   [32]byte // SHA-256 of the text the server holds (fenced, or as written for a guarded write)
 
-	// for lease functions the proxy answers itself
+	// for lease functions the proxy answers itself, and writes whose rows'
+	// lease follows from bound values (rowparams.go)
 	id     uint32
 	params int
 	types  []uint16 // parameter types last bound by the client
+
+	// longData: COM_STMT_SEND_LONG_DATA was sent for the statement since
+	// it was prepared or last reset (COM_STMT_RESET).
+	longData bool
 }
 
 // commandSpec is what the proxy does with one command byte. Every byte it
@@ -290,6 +295,11 @@ func (c *clientConn) comStmtData(cmd byte, head []byte) error {
 		if _, ok := stmtIDOf(head); ok {
 			c.closeStmt(id)
 		}
+	} else if ps != nil {
+		// The server keeps the value, and reads no value for the
+		// parameter from the executions that follow: the proxy no longer
+		// knows where the values it reads are (rowparams.go).
+		ps.longData = true
 	}
 	return c.forwardCommand()
 }
@@ -302,6 +312,9 @@ func (c *clientConn) comStmtReset(head []byte) error {
 	}
 	if ps != nil && ps.call != nil {
 		return c.proxyStmtCommand(mysql.COM_STMT_RESET, ps)
+	}
+	if ps != nil {
+		ps.longData = false // the server drops the statement's long data
 	}
 	return c.relayCommand(relayAsOne)
 }

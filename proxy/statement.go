@@ -236,7 +236,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 			return err
 		}
 	}
-	id, _, ok, err := c.relayPrepareResponse()
+	id, params, ok, err := c.relayPrepareResponse()
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 	// A guarded write is prepared as it was written; every execution is
 	// guarded.
 	ps := &preparedStmt{gen: rt.gen, fenced: sendsFence(d) || len(d.Stmts) == 1 && c.fence.GuardOf(&d.Stmts[0]) != nil,
-		text: string(payload[1:]), sent: sentDigest(d, payload[1:])}
+		text: string(payload[1:]), sent: sentDigest(d, payload[1:]), params: int(params)}
 	if len(d.Stmts) == 1 {
 		ps.stmt = d.Stmts[0]
 	}
@@ -445,6 +445,9 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 			return c.fence.Refuse(rt.fenceRT(), r, ps.text)
 		}
 		c.fence.AuditRefusal(rt.fenceRT(), r, ps.text, "shadow")
+	}
+	if ti := rowParamsOf(&ps.stmt); ti >= 0 {
+		return c.executeRowParams(rt, ps, ti)
 	}
 	if ps.stmt.Kind == rewrite.Other && ps.stmt.Locks == rewrite.LocksKept {
 		if err := c.forwardCommand(); err != nil {

@@ -264,6 +264,11 @@ type Target struct {
 	// RowLease (INSERT, REPLACE into a Template table): the lease of the
 	// rows written, which the session's lease must be.
 	RowLease string
+	// RowParams (INSERT, REPLACE prepared with COM_STMT_PREPARE whose
+	// template columns are placeholders): RowLease is "" and follows from
+	// the values each execution binds (RowParams.Lease); a guard without
+	// it must not run.
+	RowParams *RowParams
 }
 
 // Refusal says why a statement was not sent and what to do instead.

@@ -233,6 +233,9 @@ func renderStmt(s *Stmt, span bool) string {
 			if t.RowLease != "" {
 				b.WriteString("(row " + strconv.Quote(t.RowLease) + ")")
 			}
+			if t.RowParams != nil {
+				b.WriteString("(row from bound values)")
+			}
 		}
 		b.WriteString(" digest=" + strconv.Quote(s.Fence.Digest))
 		if s.Fence.Guard {

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 
@@ -189,11 +190,11 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target) ([]string, *stmtRes
 		if x.Table == nil || x.Table.TableRefs == nil || !in.directRef(x.Table.TableRefs, first) {
 			return refuse("this statement writes it through a view, trigger or foreign key; write the table itself")
 		}
-		lease, why := in.insertRowLease(x, tpl)
+		lease, params, why := in.insertRowLease(x, tpl)
 		if why != "" {
 			return refuse(why)
 		}
-		targets[tpls[0]].RowLease = lease
+		targets[tpls[0]].RowLease, targets[tpls[0]].RowParams = lease, params
 		return nil, nil
 	}
 	return refuse("fenceproxy cannot fence this kind of write per row")
@@ -213,36 +214,36 @@ func (in *stmtIn) directRef(n ast.ResultSetNode, t Target) bool {
 
 // insertRowLease computes the lease of every row an INSERT or REPLACE
 // writes; all must be one lease (the statement is fenced under one).
-func (in *stmtIn) insertRowLease(x *ast.InsertStmt, tpl *policy.Template) (string, string) {
+func (in *stmtIn) insertRowLease(x *ast.InsertStmt, tpl *policy.Template) (string, *RowParams, string) {
 	sch := tpl.Schema()
 	if sch == nil {
-		return "", "its columns were not checked against the backend (the proxy's start-up check with backend.user reads their types), " +
+		return "", nil, "its columns were not checked against the backend (the proxy's start-up check with backend.user reads their types), " +
 			"so fenceproxy cannot compute the lease of inserted rows"
 	}
 	verb := "INSERT"
 	if x.IsReplace {
 		verb = "REPLACE"
 		if !sch.KeysCovered {
-			return "", "REPLACE deletes the rows whose unique key the new row repeats, and a unique key of this table does not hold " +
+			return "", nil, "REPLACE deletes the rows whose unique key the new row repeats, and a unique key of this table does not hold " +
 				"every template column compared byte for byte (binary collation), so it may delete a row of another lease; " +
 				"use DELETE and INSERT, each under its lease"
 		}
 	}
 	if len(x.OnDuplicate) > 0 {
 		if !sch.KeysCovered {
-			return "", "ON DUPLICATE KEY UPDATE changes the row whose unique key the new row repeats, and a unique key of this table " +
+			return "", nil, "ON DUPLICATE KEY UPDATE changes the row whose unique key the new row repeats, and a unique key of this table " +
 				"does not hold every template column compared byte for byte (binary collation), so it may change a row of another " +
 				"lease; use INSERT, or UPDATE ... WHERE, each fenced per row"
 		}
 		for _, a := range x.OnDuplicate {
 			if a.Column != nil && tpl.HasColumn(a.Column.Name.O) {
-				return "", "ON DUPLICATE KEY UPDATE sets " + a.Column.Name.O + ", a column of the lease template, and would move " +
+				return "", nil, "ON DUPLICATE KEY UPDATE sets " + a.Column.Name.O + ", a column of the lease template, and would move " +
 					"the row to another lease; move a row by deleting it under its lease and inserting it under the new one"
 			}
 		}
 	}
 	if x.Select != nil {
-		return "", verb + " ... SELECT (or TABLE) takes its values from a query the proxy cannot compute; insert " +
+		return "", nil, verb + " ... SELECT (or TABLE) takes its values from a query the proxy cannot compute; insert " +
 			"literal values (VALUES or SET), so that the proxy computes each row's lease"
 	}
 	// The columns and the rows of values.
@@ -250,7 +251,7 @@ func (in *stmtIn) insertRowLease(x *ast.InsertStmt, tpl *policy.Template) (strin
 	var rows [][]ast.ExprNode
 	// INSERT ... SET c = v reads as one row of Columns and Lists.
 	if len(x.Columns) == 0 {
-		return "", verb + " without a column list: name the columns (" + verb + " INTO t (col, ...) VALUES ...), so that the " +
+		return "", nil, verb + " without a column list: name the columns (" + verb + " INTO t (col, ...) VALUES ...), so that the " +
 			"proxy knows which values are the template's columns"
 	}
 	for _, c := range x.Columns {
@@ -258,39 +259,140 @@ func (in *stmtIn) insertRowLease(x *ast.InsertStmt, tpl *policy.Template) (strin
 	}
 	rows = x.Lists
 	if len(rows) == 0 {
-		return "", verb + " of no row values"
+		return "", nil, verb + " of no row values"
 	}
-	lease := ""
-	for ri, row := range rows {
-		var b strings.Builder
+	rp := &RowParams{verb: verb, params: paramOrdinals(x)}
+	for _, row := range rows {
+		var parts []rowPart
 		for _, p := range tpl.Parts {
 			if p.Column == "" {
-				b.WriteString(p.Lit)
+				parts = append(parts, rowPart{text: p.Lit, param: -1})
 				continue
 			}
 			idx := -1
 			for j, c := range cols {
 				if strings.EqualFold(c, p.Column) {
 					if idx >= 0 {
-						return "", "the column " + p.Column + " is given twice"
+						return "", nil, "the column " + p.Column + " is given twice"
 					}
 					idx = j
 				}
 			}
 			if idx < 0 {
-				return "", "the column " + p.Column + " of the lease template is not given, so it takes its default; " +
+				return "", nil, "the column " + p.Column + " of the lease template is not given, so it takes its default; " +
 					"give its value in the statement, so that the proxy computes the row's lease"
 			}
 			if idx >= len(row) {
-				return "", "a row has fewer values than columns"
+				return "", nil, "a row has fewer values than columns"
 			}
 			col, ok := sch.Column(p.Column)
 			if !ok {
-				return "", "the column " + p.Column + " was not checked against the backend"
+				return "", nil, "the column " + p.Column + " was not checked against the backend"
+			}
+			if m, ok := row[idx].(*test_driver.ParamMarkerExpr); ok {
+				if !in.pc.prepare {
+					return "", nil, "the value of " + p.Column + " is a placeholder outside a prepared statement"
+				}
+				if in.pc.depth > 0 {
+					// SQL PREPARE ... EXECUTE USING @v: the values are user
+					// variables, which the proxy does not read.
+					return "", nil, "the value of " + p.Column + " is a placeholder of a statement prepared with SQL PREPARE: " +
+						"EXECUTE ... USING binds user variables, which fenceproxy does not read; use your driver's " +
+						"server-side prepared statements (COM_STMT_PREPARE), whose bound values the proxy reads, or literal values"
+				}
+				ord, ok := rp.params[m.Offset]
+				if !ok {
+					return "", nil, "the value of " + p.Column + " is a placeholder fenceproxy cannot number"
+				}
+				parts = append(parts, rowPart{param: ord, col: col, name: p.Column})
+				rp.bound = true
+				continue
 			}
 			v, why := templateValue(row[idx], col)
 			if why != "" {
-				return "", "the value of " + p.Column + " " + why
+				return "", nil, "the value of " + p.Column + " " + why
+			}
+			parts = append(parts, rowPart{text: v, param: -1})
+		}
+		rp.rows = append(rp.rows, parts)
+	}
+	if rp.bound {
+		return "", rp, ""
+	}
+	lease, why := rp.Lease(nil)
+	return lease, nil, why
+}
+
+// RowParams is how the lease of the rows of a prepared INSERT or REPLACE
+// (COM_STMT_PREPARE) follows from the values bound to the placeholders in
+// its template columns: the proxy computes it at each execution
+// (RowParams.Lease), with the rules of literal values (storedAs).
+type RowParams struct {
+	verb   string
+	rows   [][]rowPart
+	params map[int]int // placeholder byte offset -> its ordinal in the statement
+	bound  bool        // some part is a placeholder
+}
+
+// rowPart is one part of a row's lease: text (the template's literal text,
+// or a literal value as the column stores it), or the value bound to
+// placeholder param (its ordinal) for column col.
+type rowPart struct {
+	text  string
+	param int // -1: text
+	col   policy.TemplateColumn
+	name  string
+}
+
+// Placeholders is the number of placeholders in the statement, as the
+// proxy counted them: the execution must bind as many.
+func (rp *RowParams) Placeholders() int { return len(rp.params) }
+
+// Uses reports whether the placeholder with ordinal i is a template
+// column's value.
+func (rp *RowParams) Uses(i int) bool {
+	for _, row := range rp.rows {
+		for _, p := range row {
+			if p.param == i {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// BoundValue is a value bound to a placeholder at an execution, as the
+// proxy decoded it from COM_STMT_EXECUTE.
+type BoundValue struct {
+	Null bool
+	// Int: an integer type (TINY .. LONGLONG, signed or unsigned); Text is
+	// its decimal form. Otherwise Text is a string's bytes.
+	Int  bool
+	Text string
+	// Other names a type whose stored form the proxy does not compute
+	// (floating point, decimal, dates, ...); "" for Int and strings.
+	Other string
+	// Long: sent with COM_STMT_SEND_LONG_DATA, not in the packet.
+	Long bool
+}
+
+// Lease computes the lease of every row from vals (by placeholder
+// ordinal); all must be one lease. why says what the proxy cannot compute.
+func (rp *RowParams) Lease(vals []BoundValue) (string, string) {
+	lease := ""
+	for ri, row := range rp.rows {
+		var b strings.Builder
+		for _, p := range row {
+			if p.param < 0 {
+				b.WriteString(p.text)
+				continue
+			}
+			if p.param >= len(vals) {
+				return "", "the value of " + p.name + " was not bound"
+			}
+			v, why := boundValue(vals[p.param], p.col)
+			if why != "" {
+				return "", "the value bound to " + p.name + " " + why
 			}
 			b.WriteString(v)
 		}
@@ -299,13 +401,52 @@ func (in *stmtIn) insertRowLease(x *ast.InsertStmt, tpl *policy.Template) (strin
 			return "", "a row's lease would be longer than a lease name may be (191 bytes)"
 		}
 		if ri > 0 && l != lease {
-			return "", "this " + verb + " writes rows of several leases; one statement is fenced under one lease, so insert " +
+			return "", "this " + rp.verb + " writes rows of several leases; one statement is fenced under one lease, so insert " +
 				"the rows of each lease in a statement of their own"
 		}
 		lease = l
 	}
 	return lease, ""
 }
+
+// boundValue reads a value bound to a template column as the server
+// stores it, with the rules of a literal (storedAs): an integer type as
+// an integer literal, a string type as a string literal.
+func boundValue(v BoundValue, col policy.TemplateColumn) (string, string) {
+	switch {
+	case v.Long:
+		return "", "was sent with COM_STMT_SEND_LONG_DATA, which fenceproxy does not read; bind it in the execution itself"
+	case v.Null:
+		return "", "is NULL: the row would be in no lease"
+	case v.Other != "":
+		return "", "is of type " + v.Other + ": fenceproxy computes a row's lease from integer and string values only; bind an integer or a string"
+	}
+	return storedAs(v.Text, !v.Int, col)
+}
+
+// paramOrdinals numbers the placeholders of a statement in text order (as
+// the server numbers the values of COM_STMT_EXECUTE), by byte offset.
+func paramOrdinals(n ast.Node) map[int]int {
+	var v paramCollector
+	n.Accept(&v)
+	sort.Ints(v.offsets)
+	m := make(map[int]int, len(v.offsets))
+	for i, o := range v.offsets {
+		m[o] = i
+	}
+	return m
+}
+
+type paramCollector struct{ offsets []int }
+
+func (v *paramCollector) Enter(n ast.Node) (ast.Node, bool) {
+	if m, ok := n.(*test_driver.ParamMarkerExpr); ok {
+		v.offsets = append(v.offsets, m.Offset)
+	}
+	return n, false
+}
+
+func (v *paramCollector) Leave(n ast.Node) (ast.Node, bool) { return n, true }
 
 // templateValue reads an inserted value of a template column as the
 // server stores it, as CONCAT would write it; why says what the proxy

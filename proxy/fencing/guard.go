@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -85,6 +86,12 @@ func (fg *Layer) guardsFor(rt Runtime, f *rewrite.Fence) ([]lease.Guard, []rewri
 	var ts []rewrite.Target
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
+		if tg.RowParams != nil && tg.RowLease == "" {
+			// The rows' lease follows from the values bound at this
+			// execution, and was not computed: checking the session's lease
+			// alone would accept any lease (rowparams.go).
+			return nil, nil, errors.New("the lease of the rows was not computed from the values bound")
+		}
 		g, err := lease.GuardFor(fg.guardEngine(), leaseSpec(rt.Policy, f, tg))
 		if err != nil {
 			return nil, nil, err
