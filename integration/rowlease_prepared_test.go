@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/fenceproxy/fenceproxy/integration/dbserver"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 )
 
@@ -184,6 +185,86 @@ func TestRowLeasePreparedOnStaleError(t *testing.T) {
 		mustRefuse(t, c, "EXECUTE ... USING binds user variables",
 			"PREPARE s FROM 'INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, ?, 0)'")
 		if got, want := e.invoiceRows(t), "1:acme:10 3:beta:30 5:acme:50"; got != want {
+			t.Fatalf("rows: %s, want %s", got, want)
+		}
+	})
+}
+
+// TestRowLeasePreparedWire: on a raw connection through the proxy, an
+// execution that sends no parameter types (the new-params-bound flag 0)
+// is read with the types of the last execution the server received, as
+// the server reads it; long data sent for the statement refuses its
+// executions until COM_STMT_RESET drops it.
+func TestRowLeasePreparedWire(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := preparedRowEnv(t, eng, "")
+		e.acquire(t, "invoice:beta", time.Minute)
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		w, err := dialWire(e.proxy.Addr, wireOptions{User: dbserver.AppUser, Password: dbserver.AppPassword, DB: e.db, DeprecateEOF: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.mustQuery(t, "SET @fence_lease = '"+acme.Name+"', @fence_owner = '"+acme.Owner+"', @fence_token = "+strconv.FormatUint(acme.Token, 10))
+		if err := w.send(append([]byte{comStmtPrepare}, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (?, ?, ?)"...)); err != nil {
+			t.Fatal(err)
+		}
+		r, id, params, err := w.readPrepare()
+		if err != nil || r.err() != nil || params != 3 {
+			t.Fatalf("prepare: %v %v (%d params)", err, r.err(), params)
+		}
+		exec := func(pkt []byte) wireResponse {
+			t.Helper()
+			if err := w.send(pkt); err != nil {
+				t.Fatal(err)
+			}
+			r, err := w.readResults(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		affected := func(r wireResponse) string {
+			if we := r.err(); we != nil {
+				return we.Error()
+			}
+			return strconv.FormatUint(okAffectedRows(r.last()), 10)
+		}
+		// Types sent: acme's row.
+		if got := affected(exec(executePacket(id, 0, []stmtParam{intParam(21), strParam("acme"), intParam(1)}))); got != "1" {
+			t.Fatalf("execution with types: %s, want 1 row", got)
+		}
+		// No types: the server reads these values with the types above.
+		noTypes := func(row int64, cust string) []byte {
+			b := executePacket(id, 0, nil)
+			b = append(b, 0, 0) // NULL bitmap, new-params-bound flag 0
+			b = append(b, intParam(row).value...)
+			b = append(b, strParam(cust).value...)
+			return append(b, intParam(2).value...)
+		}
+		if got := affected(exec(noTypes(22, "beta"))); got != "0" {
+			t.Fatalf("execution without types, beta's row: %s, want 0 rows", got)
+		}
+		if got := affected(exec(noTypes(23, "acme"))); got != "1" {
+			t.Fatalf("execution without types, acme's row: %s, want 1 row", got)
+		}
+		// Long data for amount (not a template column): refused until reset.
+		if err := w.send(append(stmtCmd(comStmtSendLongData, id, 2, 0), "5"...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := affected(exec(executePacket(id, 0, []stmtParam{intParam(24), strParam("acme"), longDataParam()}))); !strings.Contains(got, "long data") {
+			t.Fatalf("execution after long data: %s, want refused for long data", got)
+		}
+		if err := w.send(stmtCmd(comStmtReset, id)); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := w.readOne(); err != nil || r.err() != nil {
+			t.Fatalf("reset: %v %v", err, r.err())
+		}
+		if got := affected(exec(executePacket(id, 0, []stmtParam{intParam(25), strParam("acme"), intParam(3)}))); got != "1" {
+			t.Fatalf("execution after reset: %s, want 1 row", got)
+		}
+		if got, want := e.invoiceRows(t), "1:acme:10 3:beta:30 21:acme:1 23:acme:2 25:acme:3"; got != want {
 			t.Fatalf("rows: %s, want %s", got, want)
 		}
 	})
