@@ -32,11 +32,12 @@ const typedInsert = "INSERT INTO %s (n, u, v, ch, note, amount) VALUES (?, ?, ?,
 func preparedRowEnv(t *testing.T, eng, onStale string) *fencedEnv {
 	t.Helper()
 	e := newFencedEnv(t, envOptions{engine: eng, account: true, onStale: onStale,
-		tables: []string{"invoice_rows", "typed_rows"},
-		leases: map[string]string{"invoice_rows": "invoice:{customer_id}", "typed_rows": "typed:{n}:{u}:{v}:{ch}"}})
+		tables: []string{"invoice_rows", "typed_rows", "bare_rows"},
+		leases: map[string]string{"invoice_rows": "invoice:{customer_id}", "typed_rows": "typed:{n}:{u}:{v}:{ch}", "bare_rows": "{code}"}})
 	mustExec(t, e.root, rowLeaseTable)
 	mustExec(t, e.root, strings.ReplaceAll(typedRowTable, "%s", "typed_rows"))
 	mustExec(t, e.root, strings.ReplaceAll(typedRowTable, "%s", "typed_rows_d"))
+	mustExec(t, e.root, "CREATE TABLE bare_rows (id INT PRIMARY KEY, code VARCHAR(20) COLLATE utf8mb4_bin NOT NULL)")
 	mustExec(t, e.root, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 10), (3, 'beta', 30)")
 	checkTemplates(t, e)
 	return e
@@ -149,6 +150,13 @@ func TestRowLeasePreparedInsert(t *testing.T) {
 		mustRefuse(t, long, "long data", "INSERT INTO invoice_rows (id, customer_id, amount, status) VALUES (?, ?, ?, ?)",
 			13, "acme", 1, strings.Repeat("z", 300))
 		mustAffect(t, long, 1, inv, 13, "acme", 1)
+		// A template of a column alone: an empty value names no lease
+		// (with no row lease the guard would accept any valid fence).
+		mustRefuse(t, c, "would be empty", "INSERT INTO bare_rows (id, code) VALUES (1, '')")
+		mustRefuse(t, c, "would be empty", "INSERT INTO bare_rows (id, code) VALUES (?, ?)", 1, "  ")
+		if n := queryString(t, e.root, "SELECT COUNT(*) FROM bare_rows"); n != "0" {
+			t.Fatalf("bare_rows has %s rows", n)
+		}
 
 		if got, want := e.invoiceRows(t), "1:acme:10 3:beta:30 5:acme:50 7:acme:70 8:acme:80 10:acme:1 12:acme:1 13:acme:1"; got != want {
 			t.Fatalf("rows: %s, want %s", got, want)

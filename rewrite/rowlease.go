@@ -400,6 +400,11 @@ func (rp *RowParams) Lease(vals []BoundValue) (string, string) {
 		if len(l) > 191 {
 			return "", "a row's lease would be longer than a lease name may be (191 bytes)"
 		}
+		if l == "" {
+			// No lease has an empty name; and a guard without a row lease
+			// would accept the session's, whichever it is.
+			return "", "a row's lease would be empty (a template of columns only, with empty values): the row would be in no lease"
+		}
 		if ri > 0 && l != lease {
 			return "", "this " + rp.verb + " writes rows of several leases; one statement is fenced under one lease, so insert " +
 				"the rows of each lease in a statement of their own"
