@@ -277,3 +277,44 @@ func TestRowLeasePreparedWire(t *testing.T) {
 		}
 	})
 }
+
+// TestRowLeasePreparedPinned: a prepared UPDATE or DELETE whose WHERE pins
+// the template columns to placeholders is aimed at the lease its bound
+// values name: aimed at another lease's rows it is a row_lease_mismatch
+// rejection (audited; ERR 1644 under on_stale: error), as with literals.
+// An execution whose lease cannot be computed (NULL) goes on as a WHERE
+// that pins nothing: the per-row condition fences the rows.
+func TestRowLeasePreparedPinned(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		for _, onStale := range []string{"", "error"} {
+			e := preparedRowEnv(t, eng, onStale)
+			e.acquire(t, "invoice:beta", time.Minute)
+			acme := e.acquire(t, "invoice:acme", time.Minute)
+			c := e.session(t)
+			setFence(t, c, acme)
+			upd := "UPDATE invoice_rows SET amount = ? WHERE customer_id = ? AND id = ?"
+			del := "DELETE FROM invoice_rows WHERE id = ? AND customer_id = ?"
+			mustAffect(t, c, 1, upd, 11, "acme", 1)
+			mustAffect(t, c, 0, upd, 11, nil, 1) // no lease: 0 rows, not a rejection
+			for _, w := range []struct {
+				q    string
+				args []any
+			}{{upd, []any{99, "beta", 3}}, {del, []any{3, "beta"}}} {
+				_, err := c.ExecContext(context.Background(), w.q, w.args...)
+				var me *mysql.MySQLError
+				switch {
+				case onStale == "error" && (!errors.As(err, &me) || me.Number != 1644 || !strings.Contains(me.Message, "another lease")):
+					t.Fatalf("%s %v under acme: %v, want ERR 1644 saying the rows belong to another lease", w.q, w.args, err)
+				case onStale == "" && err != nil:
+					t.Fatalf("%s %v under acme: %v, want 0 rows", w.q, w.args, err)
+				}
+			}
+			if got, want := e.invoiceRows(t), "1:acme:11 3:beta:30"; got != want {
+				t.Fatalf("on_stale %q: rows %s, want %s", onStale, got, want)
+			}
+			if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 2 {
+				t.Fatalf("on_stale %q: %d row_lease_mismatch records, want 2", onStale, n)
+			}
+		}
+	})
+}

@@ -49,15 +49,29 @@ func withRowLease(st rewrite.Stmt, i int, l string) rewrite.Stmt {
 }
 
 // executeRowParams runs COM_STMT_EXECUTE of a prepared write whose rows'
-// lease follows from its bound values (target ti of ps.stmt).
-func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) error {
+// lease follows from its bound values (target ti of ps.stmt). handled is
+// false when it left the packet unread for the caller to run as any
+// other execution: a pinned lease (an UPDATE's or DELETE's, see
+// rewrite.RowParams.Pinned) in an execution larger than the proxy reads.
+func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) (handled bool, err error) {
 	rp := ps.stmt.Fence.Targets[ti].RowParams
+	pinned := rp.Pinned()
 	limit := max(rt.cfg.Limits.MaxQueryBytes, wire.MaxWholePacket)
+	if pinned {
+		n, _, err := c.client.PeekHeader()
+		if err != nil {
+			return true, err
+		}
+		if n == wire.MaxPayload || n-1 > limit {
+			ps.types = nil // the server may get types the proxy did not read
+			return false, nil
+		}
+	}
 	var payload []byte
 	inPlace := false
 	pkt, ok, err := c.client.PeekPacket()
 	if err != nil {
-		return err
+		return true, err
 	}
 	if ok {
 		payload, inPlace = pkt[wire.HeaderLen:], true
@@ -65,11 +79,11 @@ func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) err
 		payload, c.x.cmdSeq, err = c.client.ReadPacket(c.buf[:0], limit)
 		if errors.Is(err, wire.ErrTooLarge) {
 			// The packet was consumed whole; the stream is in sync.
-			return c.fence.Refuse(rt.fenceRT(), c.rowParamsRefusal(ps, ti, fmt.Sprintf("this execution is larger than fenceproxy "+
+			return true, c.fence.Refuse(rt.fenceRT(), c.rowParamsRefusal(ps, ti, fmt.Sprintf("this execution is larger than fenceproxy "+
 				"reads to find the values bound to the lease template's columns (%d bytes, limits.max_query_bytes)", limit)), ps.text)
 		}
 		if err != nil {
-			return err
+			return true, err
 		}
 		if cap(payload) <= maxKeptBuffer {
 			c.buf = payload[:0]
@@ -98,15 +112,21 @@ func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) err
 	st := ps.stmt
 	if why == "" {
 		st = withRowLease(ps.stmt, ti, l)
+	} else if pinned {
+		why = "" // the per-row condition fences the rows; only the verdict on 0 rows lacks the lease
 	}
 	// The server holds the types of an execution it received, for the
-	// next one that sends none.
+	// next one that sends none (nil: not read, the next one must send
+	// them).
 	send := func() error {
-		if types != nil {
-			ps.types = types
-		}
+		ps.types = types
 		return c.sendOriginal(payload, inPlace)
 	}
+	return true, c.runRowParams(rt, ps, ti, st, why, send, drop)
+}
+
+// runRowParams sends (or refuses, why) an execution of ps as st.
+func (c *clientConn) runRowParams(rt *runtime, ps *preparedStmt, ti int, st rewrite.Stmt, why string, send, drop func() error) error {
 	if rt.policy.Mode == policy.ModeShadow {
 		if why != "" {
 			c.fence.AuditRefusal(rt.fenceRT(), c.rowParamsRefusal(ps, ti, why), ps.text, "shadow")
@@ -126,14 +146,25 @@ func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) err
 		drop()
 		return c.fence.Refuse(rt.fenceRT(), c.rowParamsRefusal(ps, ti, why), ps.text)
 	}
-	f := c.fence.GuardOf(&st)
-	if f == nil {
+	if f := c.fence.GuardOf(&st); f != nil {
+		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{st}, send, drop)
+	}
+	if !st.Fence.Targets[ti].RowParams.Pinned() {
 		// An INSERT into a protected table is always guarded (rewrite:
 		// Fence.Guard); never send one unchecked.
 		drop()
 		return c.fence.Refuse(rt.fenceRT(), c.rowParamsRefusal(ps, ti, "this write has no lease check"), ps.text)
 	}
-	return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{st}, send, drop)
+	// An UPDATE or DELETE fenced in its text (MariaDB): the tracker's
+	// verdict on 0 rows reads the pinned lease.
+	if err := send(); err != nil {
+		return err
+	}
+	t := fencing.NewTracker(&c.fence, rt.fenceRT(), []rewrite.Stmt{st}, true)
+	if err := c.relayResults(t); err != nil {
+		return err
+	}
+	return t.Finish()
 }
 
 // rowParamsRefusal refuses an execution of ps whose rows' lease the proxy

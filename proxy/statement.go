@@ -447,7 +447,9 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 		c.fence.AuditRefusal(rt.fenceRT(), r, ps.text, "shadow")
 	}
 	if ti := rowParamsOf(&ps.stmt); ti >= 0 {
-		return c.executeRowParams(rt, ps, ti)
+		if handled, err := c.executeRowParams(rt, ps, ti); handled {
+			return err
+		}
 	}
 	if ps.stmt.Kind == rewrite.Other && ps.stmt.Locks == rewrite.LocksKept {
 		if err := c.forwardCommand(); err != nil {

@@ -174,7 +174,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target) ([]string, *stmtRes
 					"another lease; move a row by deleting it under its lease and inserting it under the new one")
 			}
 		}
-		targets[tpls[0]].RowLease = pinnedLease(x.Where, tpl)
+		targets[tpls[0]].RowLease, targets[tpls[0]].RowParams = in.pinnedLease(x, x.Where, tpl)
 		return []string{rowLeaseCond(tpl, leaseSQL)}, nil
 	case *ast.DeleteStmt:
 		if x.TableRefs == nil || x.TableRefs.TableRefs == nil || x.IsMultiTable ||
@@ -184,7 +184,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target) ([]string, *stmtRes
 		if !in.directRef(x.TableRefs.TableRefs, first) {
 			return refuse("this DELETE writes it through a view, trigger or foreign key; write the table itself")
 		}
-		targets[tpls[0]].RowLease = pinnedLease(x.Where, tpl)
+		targets[tpls[0]].RowLease, targets[tpls[0]].RowParams = in.pinnedLease(x, x.Where, tpl)
 		return []string{rowLeaseCond(tpl, leaseSQL)}, nil
 	case *ast.InsertStmt:
 		if x.Table == nil || x.Table.TableRefs == nil || !in.directRef(x.Table.TableRefs, first) {
@@ -332,7 +332,16 @@ type RowParams struct {
 	rows   [][]rowPart
 	params map[int]int // placeholder byte offset -> its ordinal in the statement
 	bound  bool        // some part is a placeholder
+	pinned bool        // UPDATE, DELETE: the lease the WHERE aims at (Pinned)
 }
+
+// Pinned: the lease is the one an UPDATE's or DELETE's WHERE aims at, for
+// the verdict on a write that changed no row; the per-row condition in
+// the statement's text fences the rows. An execution whose lease cannot
+// be computed goes on without it (no refusal). Otherwise (INSERT,
+// REPLACE) the lease is the rows' own, and an execution without it is
+// refused.
+func (rp *RowParams) Pinned() bool { return rp.pinned }
 
 // rowPart is one part of a row's lease: text (the template's literal text,
 // or a literal value as the column stores it), or the value bound to
@@ -560,11 +569,14 @@ func canonicalInt(s string) bool {
 // which rows change; this lease lets the proxy say why a statement aimed
 // at another lease's rows changed none (the guard on Galera and TiDB, the
 // check after a 0-row write elsewhere: row_lease_mismatch), and apply
-// on_stale to it.
-func pinnedLease(where ast.ExprNode, tpl *policy.Template) string {
+// on_stale to it. In a statement prepared with COM_STMT_PREPARE a pin may
+// be a placeholder: then the lease is computed at each execution from the
+// bound values (RowParams, Pinned), and an execution whose lease cannot be
+// computed goes on without it, as a WHERE that pins nothing.
+func (in *stmtIn) pinnedLease(n ast.StmtNode, where ast.ExprNode, tpl *policy.Template) (string, *RowParams) {
 	sch := tpl.Schema()
 	if sch == nil || where == nil {
-		return ""
+		return "", nil
 	}
 	pins := map[string]ast.ExprNode{}
 	var walk func(x ast.ExprNode)
@@ -594,28 +606,48 @@ func pinnedLease(where ast.ExprNode, tpl *policy.Template) string {
 		}
 	}
 	walk(where)
-	var b strings.Builder
+	rp := &RowParams{verb: "statement", pinned: true}
+	var parts []rowPart
 	for _, p := range tpl.Parts {
 		if p.Column == "" {
-			b.WriteString(p.Lit)
+			parts = append(parts, rowPart{text: p.Lit, param: -1})
 			continue
 		}
 		val := pins[strings.ToLower(p.Column)]
 		col, ok := sch.Column(p.Column)
 		if val == nil || !ok {
-			return ""
+			return "", nil
+		}
+		if m, ok := val.(*test_driver.ParamMarkerExpr); ok {
+			if !in.pc.prepare || in.pc.depth > 0 {
+				return "", nil
+			}
+			if rp.params == nil {
+				rp.params = paramOrdinals(n)
+			}
+			ord, ok := rp.params[m.Offset]
+			if !ok {
+				return "", nil
+			}
+			parts = append(parts, rowPart{param: ord, col: col, name: p.Column})
+			rp.bound = true
+			continue
 		}
 		v, why := templateValue(val, col)
 		if why != "" {
-			return ""
+			return "", nil
 		}
-		b.WriteString(v)
+		parts = append(parts, rowPart{text: v, param: -1})
 	}
-	l := strings.TrimRight(b.String(), " ")
-	if len(l) > 191 {
-		return ""
+	rp.rows = [][]rowPart{parts}
+	if rp.bound {
+		return "", rp
 	}
-	return l
+	l, why := rp.Lease(nil)
+	if why != "" {
+		return "", nil
+	}
+	return l, nil
 }
 
 // templateColumn is sch's column name; ok is false when the schema was not

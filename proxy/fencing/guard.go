@@ -86,7 +86,7 @@ func (fg *Layer) guardsFor(rt Runtime, f *rewrite.Fence) ([]lease.Guard, []rewri
 	var ts []rewrite.Target
 	seen := map[string]bool{}
 	for _, tg := range f.Targets {
-		if tg.RowParams != nil && tg.RowLease == "" {
+		if tg.RowParams != nil && !tg.RowParams.Pinned() && tg.RowLease == "" {
 			// The rows' lease follows from the values bound at this
 			// execution, and was not computed: checking the session's lease
 			// alone would accept any lease (rowparams.go).
