@@ -318,3 +318,42 @@ func TestRowLeasePreparedPinned(t *testing.T) {
 		}
 	})
 }
+
+// TestRowLeasePreparedShadow: in shadow mode a prepared INSERT of another
+// lease's row is relayed as it came and audited as the rejection it would
+// be (outcome shadow); one whose lease cannot be computed is relayed and
+// audited as the refusal it would be.
+func TestRowLeasePreparedShadow(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng, account: true, mode: "shadow",
+			tables: []string{"invoice_rows"}, leases: map[string]string{"invoice_rows": "invoice:{customer_id}"}})
+		mustExec(t, e.root, rowLeaseTable)
+		checkTemplates(t, e)
+		e.acquire(t, "invoice:beta", time.Minute)
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		c := e.session(t)
+		setFence(t, c, acme)
+		inv := "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (?, ?, ?)"
+		mustAffect(t, c, 1, inv, 1, "acme", 1)
+		mustAffect(t, c, 1, inv, 2, "beta", 2)
+		mustAffect(t, c, 1, inv, 3, "beta", 3.0) // a DOUBLE outside the template is fine
+		if _, err := c.ExecContext(context.Background(), inv, 4, []byte("be\tta"), 4); err != nil {
+			t.Fatalf("shadow mode relays what it would refuse: %v", err)
+		}
+		var mismatch, refused int
+		for _, r := range e.auditRecords(t) {
+			switch {
+			case r.Reason == audit.RowLeaseMismatch && r.Outcome == "shadow":
+				mismatch++
+			case r.Reason == audit.Refused && r.Outcome == "shadow":
+				refused++
+			}
+		}
+		if mismatch != 2 || refused != 1 {
+			t.Fatalf("%d row_lease_mismatch and %d refused shadow records, want 2 and 1", mismatch, refused)
+		}
+		if got, want := e.invoiceRows(t), "1:acme:1 2:beta:2 3:beta:3 4:be\tta:4"; got != want {
+			t.Fatalf("rows %q, want %q", got, want)
+		}
+	})
+}
