@@ -38,9 +38,11 @@ type Options struct {
 type Engine struct {
 	pol     *policy.Policy
 	needles matcher // protected table names, lease function prefix, sql_mode ...
-	cache   *cache[*Decision]
-	shapes  *cache[*shapePlan]
-	fences  fenceTexts
+	// programNeedles: needles without the system schema's name.
+	programNeedles matcher
+	cache          *cache[*Decision]
+	shapes         *cache[*shapePlan]
+	fences         fenceTexts
 	// leases: the lease tables of the protected schemas. Only the lease
 	// functions write them; a client that could would forge its own lease.
 	leases    map[string]*policy.Table
@@ -78,9 +80,6 @@ func New(p *policy.Policy, opts Options) *Engine {
 		e.maxNesting = policy.DefaultMaxParseNesting
 	}
 	words := []string{"fence_", "sql_mode", "character_set_client"}
-	if len(p.Tables) > 0 {
-		words = append(words, systemSchema) // sysschema.go: its writes go to the slow path
-	}
 	e.leases = map[string]*policy.Table{}
 	for _, t := range p.Tables {
 		words = append(words, t.Table)
@@ -94,6 +93,14 @@ func New(p *policy.Policy, opts Options) *Engine {
 		}
 	}
 	e.cat, e.catStale, e.catNames = opts.Catalog, opts.CatalogStale, catalogNames(opts.Catalog)
+	// A stored program's text is refused for the program words
+	// (programText); the system schema's name only sends a statement to
+	// the slow path, where systemSchemaRefusal reads it as a name: a
+	// substring would refuse every SIGNAL ... SET MYSQL_ERRNO.
+	e.programNeedles = newMatcher(words)
+	if len(p.Tables) > 0 {
+		words = append(words, systemSchema) // sysschema.go: its writes go to the slow path
+	}
 	e.needles = newMatcher(words)
 	e.catSet = newNameSet(catalogWords(opts))
 	if e.fresh = opts.Catalog != nil && opts.CatalogStale == ""; e.fresh {

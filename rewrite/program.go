@@ -354,7 +354,7 @@ func (in *stmtIn) programText(what string) (stmtRes, bool) {
 		return in.refuse(t, what+" mentions the protected table; fenceproxy cannot fence the statements inside it. "+
 			"Run them as separate statements"), true
 	}
-	if e.needles.find(text) {
+	if e.programNeedles.find(text) {
 		return in.refuse("", what+" mentions a lease function, sql_mode or character_set_client; "+
 			"fenceproxy cannot check what it does. Run its statements one by one"), true
 	}
