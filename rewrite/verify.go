@@ -1,6 +1,9 @@
 package rewrite
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -27,6 +30,21 @@ const verifyFailed = "fenceproxy could not verify the fenced statement (report t
 type fenceTexts struct {
 	mu sync.Mutex
 	m  map[fenceCacheKey]string
+	// presented: for a statement's own fence, the restored condition cut
+	// where its three values go (lease, owner digest, token). Made once
+	// per lease and lease table from placeholder values (presentedProbe);
+	// no statement's values are kept.
+	presented map[fenceCacheKey]presentedCanon
+}
+
+// presentedCanon is the restored text of a statement's own fence around
+// its values: parts[0] lease parts[1] owner parts[2] token parts[3]; a
+// fence under a table's fixed lease names no presented lease (parts[0] is
+// then empty and no lease is written).
+type presentedCanon struct {
+	parts [4]string
+	lease bool // the presented lease is in the text
+	ok    bool // false: the cut could not be made; every call parses
 }
 
 type fenceCacheKey struct {
@@ -38,8 +56,8 @@ type fenceCacheKey struct {
 func (e *Engine) canonical(k fenceKey, mode lexMode) (string, bool) {
 	if k.presented != (lease.Presented{}) {
 		// A statement's own fence: its values are the statement's, not
-		// kept.
-		return e.canonicalText(k, mode)
+		// kept; the text around them is.
+		return e.canonicalPresented(k, mode)
 	}
 	ck := fenceCacheKey{k, mode.server.Flavor}
 	e.fences.mu.Lock()
@@ -60,6 +78,98 @@ func (e *Engine) canonical(k fenceKey, mode lexMode) (string, bool) {
 	e.fences.mu.Unlock()
 	return s, true
 }
+
+// presentedProbe stands for a statement's own fence when the restored text
+// around its values is made: values whose restored forms (a hex literal,
+// a hex literal, an integer) occur nowhere else in the condition.
+var presentedProbe = lease.Presented{Lease: "fenceproxy:probe", Owner: "fenceproxy probe owner", Token: 9007199254740993}
+
+// canonicalPresented is canonicalText for a statement's own fence without
+// parsing it each time: the parser restores the lease as x'<hex>', the
+// owner's digest as x'<hex>' and the token as its digits, whatever the
+// values (TestCanonicalPresentedMatchesParse checks it over random ones),
+// so the restored text is the probe's with the values put in its place.
+// Were it ever wrong, verify would refuse the statement (the restored
+// fenced statement would not match), never send it.
+func (e *Engine) canonicalPresented(k fenceKey, mode lexMode) (string, bool) {
+	pk := k
+	pk.presented = lease.Presented{}
+	ck := fenceCacheKey{pk, mode.server.Flavor}
+	e.fences.mu.Lock()
+	pc, ok := e.fences.presented[ck]
+	e.fences.mu.Unlock()
+	if !ok {
+		pc = e.cutPresented(k, mode)
+		e.fences.mu.Lock()
+		if e.fences.presented == nil {
+			e.fences.presented = make(map[fenceCacheKey]presentedCanon)
+		}
+		e.fences.presented[ck] = pc
+		e.fences.mu.Unlock()
+	}
+	if !pc.ok {
+		return e.canonicalText(k, mode)
+	}
+	p := k.presented
+	sum := sha256.Sum256([]byte(p.Owner))
+	var b strings.Builder
+	b.Grow(len(pc.parts[0]) + len(pc.parts[1]) + len(pc.parts[2]) + len(pc.parts[3]) + 2*len(p.Lease) + 160)
+	b.WriteString(pc.parts[0])
+	if pc.lease {
+		b.WriteString(hexLit(p.Lease))
+	}
+	b.WriteString(pc.parts[1])
+	b.WriteString(hexLit(string(sum[:])))
+	b.WriteString(pc.parts[2])
+	b.WriteString(strconv.FormatUint(p.Token, 10))
+	b.WriteString(pc.parts[3])
+	return b.String(), true
+}
+
+// cutPresented restores the probe's fence for k's lease and lease table
+// and cuts it at the probe's values.
+func (e *Engine) cutPresented(k fenceKey, mode lexMode) presentedCanon {
+	k.presented = presentedProbe
+	s, ok := e.canonicalText(k, mode)
+	if !ok {
+		return presentedCanon{}
+	}
+	sum := sha256.Sum256([]byte(presentedProbe.Owner))
+	vals := [3]string{hexLit(presentedProbe.Lease), hexLit(string(sum[:])),
+		"=" + strconv.FormatUint(presentedProbe.Token, 10) + " "}
+	pc := presentedCanon{lease: k.lease == ""}
+	rest := s
+	for i, v := range vals {
+		n := strings.Count(s, v)
+		if i == 0 && !pc.lease {
+			if n != 0 {
+				return presentedCanon{}
+			}
+			continue
+		}
+		if n != 1 {
+			return presentedCanon{}
+		}
+		j := strings.Index(rest, v)
+		if j < 0 {
+			return presentedCanon{} // not in lease, owner, token order
+		}
+		if i == 2 {
+			// The token is cut out without the '=' and ' ' around it.
+			pc.parts[i] = rest[:j+1]
+			rest = rest[j+len(v)-1:]
+			continue
+		}
+		pc.parts[i] = rest[:j]
+		rest = rest[j+len(v):]
+	}
+	pc.parts[3] = rest
+	pc.ok = true
+	return pc
+}
+
+// hexLit is a binary string as the parser restores a hex literal.
+func hexLit(b string) string { return "x'" + hex.EncodeToString([]byte(b)) + "'" }
 
 // canonicalText parses and restores the fence condition for k.
 func (e *Engine) canonicalText(k fenceKey, mode lexMode) (string, bool) {
