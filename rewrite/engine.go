@@ -42,7 +42,10 @@ type Engine struct {
 	programNeedles matcher
 	cache          *cache[*Decision]
 	shapes         *cache[*shapePlan]
-	fences         fenceTexts
+	// stmtCache: decisions of packets with a fence comment, kept under
+	// their probe text, never with their fence values (stmtfencecache.go).
+	stmtCache *cache[*Decision]
+	fences    fenceTexts
 	// leases: the lease tables of the protected schemas. Only the lease
 	// functions write them; a client that could would forge its own lease.
 	leases    map[string]*policy.Table
@@ -116,6 +119,7 @@ func New(p *policy.Policy, opts Options) *Engine {
 	}
 	if n > 0 {
 		e.cache = newCache[*Decision](n)
+		e.stmtCache = newCache[*Decision](n)
 	}
 	if m := opts.ShapeEntries; m > 0 {
 		e.shapes = newCache[*shapePlan](m)
@@ -166,9 +170,17 @@ func (e *Engine) entry(sql []byte, srv Server, sess *Session, prepare bool) Deci
 	}
 	if hasFenceKey(sql) {
 		// A statement may carry its own fence (stmtfence.go): its values
-		// are the statement's alone, so no cache keeps or reuses the
-		// decision, and the fast path does not take it (its fence keys
-		// must leave the text even when it writes nothing protected).
+		// are the statement's alone, so neither the text cache nor the
+		// shape cache keeps or reuses the decision, and the fast path
+		// does not take it (its fence keys must leave the text even when
+		// it writes nothing protected). A protected write with a fence
+		// comment is decided through the statement fence cache, which
+		// keeps no fence values (stmtfencecache.go).
+		if !prepare {
+			if d, ok := e.stmtFenceCached(sql, srv, s); ok {
+				return d
+			}
+		}
 		return e.slow(sql, srv, s, prepare, nil)
 	}
 	if e.fastAll(sql, srv, s) {
