@@ -231,28 +231,28 @@ func instantiate(d *Decision, pr *stmtProbe) Decision {
 	out.Stmts = append([]Stmt(nil), d.Stmts...)
 	span := &out.Stmts[0].Span
 	old := d.Stmts[0].Span
-	for i := 0; i < len(src); {
-		k := -1
+	for i := 0; ; {
+		k, at := -1, len(src)
 		for j := range from {
-			if bytes.HasPrefix(src[i:], from[j]) {
-				k = j
-				break
+			if p := bytes.Index(src[i:], from[j]); p >= 0 && i+p < at {
+				k, at = j, i+p
 			}
 		}
 		if k < 0 {
-			sql = append(sql, src[i])
-			i++
-			continue
+			sql = append(sql, src[i:]...)
+			break
 		}
+		end := at + len(from[k])
 		delta := len(to[k]) - len(from[k])
-		if old[0] >= i+len(from[k]) {
+		if old[0] >= end {
 			span[0] += delta
 		}
-		if old[1] >= i+len(from[k]) {
+		if old[1] >= end {
 			span[1] += delta
 		}
+		sql = append(sql, src[i:at]...)
 		sql = append(sql, to[k]...)
-		i += len(from[k])
+		i = end
 	}
 	out.SQL = sql
 	f := *d.Stmts[0].Fence
