@@ -15,18 +15,7 @@ import (
 // user, and a lease taken and used with the SQL lease functions. It needs
 // node and npm (mysql2 is installed into a temporary directory).
 func TestNodeMysql2(t *testing.T) {
-	if testing.Short() {
-		t.Skip("installs mysql2 from npm")
-	}
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "mysql2@3").CombinedOutput(); err != nil {
-		t.Skipf("npm install mysql2 (no registry?): %v\n%s", err, out)
-	}
+	dir := installMysql2(t)
 	script := filepath.Join(dir, "t.js")
 	if err := os.WriteFile(script, []byte(nodeScript), 0o600); err != nil {
 		t.Fatal(err)
@@ -84,3 +73,23 @@ const [host, port, user, password, database, mode] = process.argv.slice(2);
   await c.end();
 })().catch(e => { console.error('ERR', e.message); process.exit(1); });
 `
+
+// installMysql2 installs Node's mysql2 driver into a temporary directory
+// and returns it; the test is skipped with -short, without node or npm, or
+// when the registry cannot be reached.
+func installMysql2(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("installs mysql2 from npm")
+	}
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "mysql2@3").CombinedOutput(); err != nil {
+		t.Skipf("npm install mysql2 (no registry?): %v\n%s", err, out)
+	}
+	return dir
+}

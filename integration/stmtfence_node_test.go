@@ -16,18 +16,7 @@ import (
 // session holds a stale fence. It needs node and npm (mysql2 is installed
 // into a temporary directory).
 func TestNodeMysql2StatementFence(t *testing.T) {
-	if testing.Short() {
-		t.Skip("installs mysql2 from npm")
-	}
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "mysql2@3").CombinedOutput(); err != nil {
-		t.Skipf("npm install mysql2 (no registry?): %v\n%s", err, out)
-	}
+	dir := installMysql2(t)
 	script, err := filepath.Abs("../docs/examples/fence-comment-mysql2.js")
 	if err != nil {
 		t.Fatal(err)
