@@ -256,7 +256,7 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 				// in sql_parse.cc): `UPDATE t SET v = 1;;` is one
 				// statement, with or without multi-statements.
 				if pc.stmtFences {
-					if r := pc.trailingFence(pos, &out); r != nil {
+					if r := pc.trailingFence(pos, st.mode.server.Flavor, &out); r != nil {
 						out.refusal = r
 						return out
 					}
@@ -264,7 +264,11 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 				break
 			}
 			// An empty statement between two ';': the server reports a
-			// syntax error there and stops.
+			// syntax error there and stops, but its general log holds
+			// the whole packet, comments included.
+			if pc.stmtFences && pc.depth == 0 {
+				out.edits = stripKeyComments(pc.src, pos, end, false, st.mode.server.Flavor, out.edits)
+			}
 			out.stmts = append(out.stmts, Stmt{Kind: Other, Span: [2]int{pos, end}})
 			pos = next
 			continue

@@ -72,7 +72,7 @@ func TestRedteam3Attempts(t *testing.T) {
 		{"fence comment glued between a read's tokens", "SELECT/*" + fcBody + "*/1", "stripped-glued"},
 		{"fence comment inside an unprotected write", "UPDATE other /*" + fcBody + "*/ SET a = 1", "stripped"},
 		{"fence comment in a read's subquery", "SELECT (SELECT 1 /*" + fcBody + "*/) FROM DUAL", "stripped"},
-		{"malformed fence comment on a read (left alone, as documented)", "SELECT 1 /*fence_lease='a',fence_owner='o'*/", "forward"},
+		{"malformed fence comment on a read (removed whole)", "SELECT 1 /*fence_lease='a',fence_owner='o'*/", "stripped"},
 		// Row leases.
 		{"insert '\\%' keeps its backslash", "INSERT INTO invoice_rows (id, customer_id) VALUES (1, 'a\\%')", `row=invoice:a\%`},
 		{"insert '\\q' loses its backslash", "INSERT INTO invoice_rows (id, customer_id) VALUES (1, 'a\\qb')", "row=invoice:aqb"},

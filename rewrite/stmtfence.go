@@ -28,10 +28,13 @@ import (
 // or partial, two of them, or a fence key anywhere else in the statement
 // (in a comment in the middle, a version comment, a string such as the
 // text of PREPARE or EXECUTE IMMEDIATE, a statement inside a compound
-// statement) is refused with an error that says what is wrong. On every
-// other statement a malformed comment is left alone; a well-formed one
-// has its fence keys removed all the same, so that the owner token never
-// reaches the server.
+// statement) is refused with an error that says what is wrong. Every other
+// statement runs, and no fence key reaches the server in its comments: a
+// well-formed fence comment has its fence keys removed, and any other
+// plain comment that mentions a fence key (malformed, partial, a line
+// comment) is removed whole, since the proxy cannot tell where a malformed
+// owner value ends (stripKeyComments). Hints, executable comments and
+// strings stay as written.
 
 // stmtFenceKeys are the sqlcommenter keys of a statement's own fence.
 var stmtFenceKeys = [3]string{"fence_lease", "fence_owner", "fence_token"}
@@ -346,8 +349,8 @@ func parseFenceToken(s string) (uint64, string) {
 // (`UPDATE ...; /*fence_...*/`), which belongs to no statement: refused
 // when the statement before it is one a fence comment matters to (the
 // comment's fence would silently not apply), else its fence keys leave the
-// text.
-func (pc *packetCtx) trailingFence(pos int, out *restResult) *Refusal {
+// text (stripKeyComments). fl: the server's flavor.
+func (pc *packetCtx) trailingFence(pos int, fl Flavor, out *restResult) *Refusal {
 	if pc.depth > 0 || !hasFenceKey(pc.src[pos:]) {
 		return nil
 	}
@@ -360,14 +363,7 @@ func (pc *packetCtx) trailingFence(pos int, out *restResult) *Refusal {
 		return &Refusal{Reason: "a fence comment follows the statement's ';' and so belongs to no statement; " +
 			"put it before the ';' (at the end of the statement) or at the statement's start"}
 	}
-	for _, c := range plainComments(pc.src, pos, len(pc.src)) {
-		if !hasFenceKey(pc.src[c[0]+2 : c[1]-2]) {
-			continue
-		}
-		if fc := parseFenceComment(pc.src, c[0], c[1]); fc.malformed == "" {
-			out.edits = append(out.edits, edit{pos: fc.start, end: fc.end, text: fc.repl, strip: true})
-		}
-	}
+	out.edits = stripKeyComments(pc.src, pos, len(pc.src), false, fl, out.edits)
 	return nil
 }
 
@@ -439,8 +435,9 @@ func fenceRelevant(res *stmtRes) bool {
 // mentions a fence key: the fence comment fc (nil: none) either became the
 // statement's fence (Fence.Presented, set by writeStmt) and leaves the
 // text, or the statement is refused, or (a statement that writes nothing
-// protected) a malformed comment is left alone. end is the statement's
-// end as the server reads it.
+// protected) every comment that mentions a fence key loses its keys, a
+// malformed one whole (stripFenceComments). end is the statement's end as
+// the server reads it.
 func (in *stmtIn) applyStmtFence(res *stmtRes, fc *fenceComment, end int) {
 	if res.refusal != nil || res.call != nil {
 		return
@@ -495,18 +492,19 @@ func (in *stmtIn) applyStmtFence(res *stmtRes, fc *fenceComment, end int) {
 	res.edits = append(res.edits, edit{pos: fc.start, end: fc.end, text: fc.repl, strip: true})
 }
 
-// stripFenceComments removes every well-formed fence comment from a
-// statement that a fence comment does not apply to (a read, a write to an
-// unprotected table): at its start or end, two of them, or one between
-// its tokens (replaced by a space there), so that the owner token never
-// reaches the server. Found by red team 3: SELECT /*fence...*/ 1 and
-// SELECT 1 /*fence...*/ /*fence...*/ went to the server (general log,
-// PROCESSLIST) with the owner in clear. A malformed comment is left alone.
+// stripFenceComments removes the fence keys from a statement that a fence
+// comment does not apply to (a read, a write to an unprotected table), so
+// that the owner token never reaches the server (general log,
+// PROCESSLIST). Found by red team 3: SELECT /*fence...*/ 1 and SELECT 1
+// /*fence...*/ /*fence...*/ went to the server with the owner in clear.
+// Every comment the lexer skipped between, before or after the
+// statement's tokens is looked at (stripKeyComments).
 func (in *stmtIn) stripFenceComments(res *stmtRes, end int) {
 	src := in.pc.src
 	if end > len(src) {
 		end = len(src)
 	}
+	fl := in.st.mode.server.Flavor
 	prev := in.start
 	for i := 0; i <= len(in.toks); i++ {
 		to, inner := end, i > 0 && i < len(in.toks)
@@ -514,21 +512,127 @@ func (in *stmtIn) stripFenceComments(res *stmtRes, end int) {
 			to = in.toks[i].Start
 		}
 		if prev < to {
-			for _, c := range plainComments(src, prev, to) {
-				if !hasFenceKey(src[c[0]+2 : c[1]-2]) {
-					continue
-				}
-				if fc := parseFenceComment(src, c[0], c[1]); fc.malformed == "" {
-					text := fc.repl
-					if text == "" && inner {
-						text = " "
-					}
-					res.edits = append(res.edits, edit{pos: c[0], end: c[1], text: text, strip: true})
-				}
-			}
+			res.edits = stripKeyComments(src, prev, to, inner, fl, res.edits)
 		}
 		if i < len(in.toks) {
 			prev = in.toks[i].End
 		}
 	}
+}
+
+// stripKeyComments appends to edits what takes the fence keys out of the
+// plain comments of src[from:to], a stretch the lexer skipped; inner: the
+// stretch lies between two tokens. A well-formed fence comment loses its
+// three keys (the comment goes whole when no other key is left). Any other
+// plain comment that mentions a fence key goes whole: one that does not
+// parse (a missing quote, a partial comment, a bad escape or token, a key
+// twice, a line comment) holds an owner token whose end the proxy cannot
+// tell, and the statement still runs (only protected writes are refused
+// for it). A comment removed whole between two tokens leaves one space, so
+// that they stay apart; an unterminated one leaves its "/*", so that the
+// server still reports the syntax error it would have (measured on
+// MariaDB 10.11: SELECT 1 /*fence_owner='x' and SELECT 1 /* both fail
+// with error 1064). Optimizer hints and executable comments stay byte for
+// byte, and so does anything in a string (data).
+func stripKeyComments(src []byte, from, to int, inner bool, fl Flavor, edits []edit) []edit {
+	for _, c := range gapComments(src, from, to, fl) {
+		if !hasFenceKey(src[c.start:c.end]) {
+			continue
+		}
+		text := ""
+		switch c.kind {
+		case blockComment:
+			if fc := parseFenceComment(src, c.start, c.end); fc.malformed == "" {
+				text = fc.repl
+			}
+			if text == "" && inner {
+				text = " "
+			}
+		case openComment:
+			text = "/*"
+		case lineComment:
+			// Its newline stays and keeps the tokens around it apart.
+		}
+		edits = append(edits, edit{pos: c.start, end: c.end, text: text, strip: true})
+	}
+	return edits
+}
+
+// Kinds of skippedComment.
+const (
+	blockComment = iota // a plain /* ... */
+	openComment         // a plain /* without its */: it runs to the end of the stretch
+	lineComment         // # or -- up to its newline, the newline excluded
+)
+
+// skippedComment is a plain comment in a stretch the lexer skipped.
+type skippedComment struct {
+	start, end int
+	kind       int
+}
+
+// gapComments lists the plain comments in src[from:to], a stretch the
+// lexer skipped (whitespace, comments, the markers of executable
+// comments), reading it as the lexer does (sqlread's skip): optimizer
+// hints /*+ and executable comments /*! (/*M! on MariaDB, /*T! on TiDB)
+// are passed over, a dead version comment with the one level of nested
+// comment it may hold; a live one's content is tokens and so ends the
+// stretch, and its closing */ is passed over. Unlike plainComments, a hint
+// or an executable comment does not hide the comments after it.
+func gapComments(src []byte, from, to int, fl Flavor) []skippedComment {
+	var out []skippedComment
+	i := from
+	for i < to {
+		c := src[i]
+		switch {
+		case c == '#' || c == '-' && i+1 < to && src[i+1] == '-':
+			e := indexAt(src[:to], i, "\n")
+			if e < 0 {
+				e = to
+			}
+			out = append(out, skippedComment{start: i, end: e, kind: lineComment})
+			i = e
+		case c == '/' && i+1 < to && src[i+1] == '*':
+			p := i + 2
+			bang := p < to && src[p] == '!' || p+1 < to && src[p] == 'M' && src[p+1] == '!' && fl == MariaDB
+			if bang || p < to && src[p] == '+' || p+1 < to && src[p] == 'T' && src[p+1] == '!' && fl == TiDB {
+				i = skipExec(src, p, to, bang)
+				continue
+			}
+			e := indexAt(src[:to], p, "*/")
+			if e < 0 {
+				out = append(out, skippedComment{start: i, end: to, kind: openComment})
+				return out
+			}
+			out = append(out, skippedComment{start: i, end: e + 2, kind: blockComment})
+			i = e + 2
+		case c == '*' && i+1 < to && src[i+1] == '/':
+			i += 2 // the end of a live executable comment
+		default:
+			i++ // whitespace
+		}
+	}
+	return out
+}
+
+// skipExec returns the end of a hint or an executable comment whose
+// content starts at p: past its */, with one level of nested /* */ when
+// nest (a dead version comment may hold one), or to.
+func skipExec(src []byte, p, to int, nest bool) int {
+	depth := 0
+	for p < to {
+		switch {
+		case nest && depth == 0 && src[p] == '/' && p+1 < to && src[p+1] == '*':
+			depth, p = 1, p+2
+		case src[p] == '*' && p+1 < to && src[p+1] == '/':
+			p += 2
+			if depth == 0 {
+				return p
+			}
+			depth = 0
+		default:
+			p++
+		}
+	}
+	return to
 }

@@ -1,8 +1,10 @@
 package rewrite
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
@@ -110,8 +112,8 @@ func TestStmtFenceKeepsOtherKeys(t *testing.T) {
 }
 
 // On a statement that writes nothing protected the comment's keys still
-// leave the text (the owner must not reach the server); a malformed one is
-// left alone.
+// leave the text (the owner must not reach the server); a malformed one
+// goes whole (TestStmtFenceMalformedOnOtherStatements).
 func TestStmtFenceOnOtherStatements(t *testing.T) {
 	e := New(testPolicy(t), Options{})
 	d := e.Query([]byte("SELECT 1 /*"+fcBody+"*/"), maria, appSession())
@@ -126,16 +128,159 @@ func TestStmtFenceOnOtherStatements(t *testing.T) {
 	if d.Action != Send || string(d.SQL) != "UPDATE other SET a = 1 " {
 		t.Fatalf("%+v %q", d, d.SQL)
 	}
-	for _, q := range []string{"SELECT 1 /* fence_owner='x' */", "UPDATE other SET a = 1 /* fence_owner */", "SELECT 'fence_owner=1'"} {
-		if d := e.Query([]byte(q), maria, appSession()); d.Action != Forward {
-			t.Errorf("%q: %+v", q, d)
-		}
+	if d := e.Query([]byte("SELECT 'fence_owner=1'"), maria, appSession()); d.Action != Forward {
+		t.Errorf("a string: %+v", d)
 	}
 	// Nothing protected at all: stripped too.
 	e2 := New(nil, Options{})
 	if d := e2.Query([]byte("SELECT 1 /*"+fcBody+"*/"), maria, nil); d.Action != Send || string(d.SQL) != "SELECT 1 " {
 		t.Fatalf("no policy: %+v %q", d, d.SQL)
 	}
+}
+
+// A statement that writes nothing protected runs with every plain comment
+// that mentions a fence key and does not parse removed whole (nothing at
+// the start or end, one space between tokens): the proxy cannot tell where
+// a malformed owner value ends. The rest of the text is sent byte for
+// byte; hints, executable comments and strings stay.
+func TestStmtFenceMalformedOnOtherStatements(t *testing.T) {
+	protected := New(testPolicy(t), Options{CacheEntries: 64})
+	unprotected := New(nil, Options{CacheEntries: 64})
+	tp := "traceparent='00-5bd66ef5095369c7b0d1f8f4bd33716a-c532cb4098ac3dd2-01'"
+	cases := []struct {
+		name, in, want string
+		// servers: where the case holds (nil: maria, mysql8, tidb).
+		servers []Server
+		// single: one statement, so COM_STMT_PREPARE is tried too.
+		single bool
+		// refusedWhenProtected: with tables protected the statement is
+		// refused for another reason (the lexer cannot be sure of it).
+		refusedWhenProtected bool
+	}{
+		{name: "missing quote, at the start", in: "/*fence_lease='a',fence_owner='s3cret,fence_token='1'*/ SELECT 1",
+			want: " SELECT 1", single: true},
+		{name: "partial, at the end", in: "SELECT id FROM other WHERE id = 1 /*fence_lease='a',fence_owner='s3cret'*/",
+			want: "SELECT id FROM other WHERE id = 1 ", single: true},
+		{name: "between tokens", in: "SELECT /*fence_owner='s3cret',fence_token='x'*/ 1",
+			want: "SELECT   1", single: true},
+		{name: "between tokens, no spaces", in: "SELECT 1/*fence_owner='s3cret'*/+2",
+			want: "SELECT 1 +2", single: true},
+		{name: "bad URL escape", in: "SELECT 1 /*fence_lease='a',fence_owner='s3cret%2',fence_token='1'*/",
+			want: "SELECT 1 ", single: true},
+		{name: "bad token", in: "SELECT 1 /*fence_lease='a',fence_owner='s3cret',fence_token='1 OR 1'*/",
+			want: "SELECT 1 ", single: true},
+		{name: "token overflow", in: "SELECT 1 /*fence_lease='a',fence_owner='s3cret',fence_token='18446744073709551616'*/",
+			want: "SELECT 1 ", single: true},
+		{name: "duplicated key", in: "SELECT 1 /*fence_lease='a',fence_owner='s3cret',fence_owner='s3cret2',fence_token='1'*/",
+			want: "SELECT 1 ", single: true},
+		{name: "upper-case key", in: "SELECT 1 /*fence_lease='a',FENCE_OWNER='s3cret',fence_token='1'*/",
+			want: "SELECT 1 ", single: true},
+		{name: "backslash-escaped quote in the owner", in: "SELECT 1 /*fence_lease='a',fence_owner='s3cret\\'x',fence_token='1'*/",
+			want: "SELECT 1 ", single: true},
+		{name: "not sqlcommenter", in: "SELECT 1 /* owner fence_owner s3cret */",
+			want: "SELECT 1 ", single: true},
+		{name: "with a traceparent key, which goes with it", in: "SELECT 1 /*" + tp + ",fence_lease='a',fence_owner='s3cret'*/",
+			want: "SELECT 1 ", single: true},
+		{name: "well-formed at the start, malformed at the end", in: "/*" + tp + "," + fcBody + "*/ SELECT 1 /*fence_owner='s3cret%zz'*/",
+			want: "/*" + tp + "*/ SELECT 1 ", single: true},
+		{name: "malformed at the start, well-formed between tokens", in: "/*fence_owner='s3cret*/ SELECT /*" + fcBody + "*/ 1",
+			want: " SELECT   1", single: true},
+		{name: "other comments stay", in: "/* a */ SELECT /* b */ 1 /*fence_owner='s3cret'*/ /* c */",
+			want: "/* a */ SELECT /* b */ 1  /* c */", single: true},
+		{name: "unprotected UPDATE", in: "UPDATE other SET a = 1 /*fence_lease='a',fence_owner='s3cret',fence_token='-1'*/",
+			want: "UPDATE other SET a = 1 ", single: true},
+		{name: "unprotected INSERT, comment first", in: "/*fence_lease='a',fence_owner='s3cret'*/ INSERT INTO other (a) VALUES (1)",
+			want: " INSERT INTO other (a) VALUES (1)", single: true},
+		{name: "line comment at the end", in: "SELECT 1 -- fence_owner='s3cret'",
+			want: "SELECT 1 ", single: true},
+		{name: "hash comment between tokens", in: "SELECT 1 # fence_owner='s3cret'\n, 2",
+			want: "SELECT 1 \n, 2", single: true},
+		{name: "after an optimizer hint", in: "SELECT /*+ MAX_EXECUTION_TIME(1) */ /*fence_owner='s3cret'*/ 1",
+			want: "SELECT /*+ MAX_EXECUTION_TIME(1) */   1", single: true},
+		{name: "after a dead version comment", in: "SELECT 1 /*!99999 AND 0 */ /*fence_owner='s3cret'*/",
+			want: "SELECT 1 /*!99999 AND 0 */ ", single: true, servers: []Server{maria, mysql8}},
+		{name: "after a live executable comment", in: "SELECT 1 /*!50000 + 1 */ /*fence_owner='s3cret'*/ + 2",
+			want: "SELECT 1 /*!50000 + 1 */   + 2", single: true, servers: []Server{maria, mysql8}},
+		{name: "/*M! is a plain comment on MySQL", in: "SELECT 1 /*M!fence_owner='s3cret'*/",
+			want: "SELECT 1 ", single: true, servers: []Server{mysql8}},
+		{name: "in an empty statement between two ';'", in: "SELECT 1; /*fence_owner='s3cret'*/; SELECT 2",
+			want: "SELECT 1; ; SELECT 2"},
+		{name: "after the packet's last ';'", in: "SELECT 1; /*fence_lease='a',fence_owner='s3cret'*/",
+			want: "SELECT 1; "},
+		{name: "on the second statement of a packet", in: "SELECT 1; SELECT 2 /*fence_owner='s3cret'*/",
+			want: "SELECT 1; SELECT 2 "},
+		{name: "unterminated: the server's syntax error stays", in: "SELECT 1 /*fence_lease='a',fence_owner='s3cret'",
+			want: "SELECT 1 /*", single: true, refusedWhenProtected: true},
+		// Left as written.
+		{name: "in a string (data)", in: "SELECT 'fence_owner=''s3cret''' /* x */",
+			want: "SELECT 'fence_owner=''s3cret''' /* x */", single: true},
+		{name: "in an optimizer hint", in: "SELECT /*+ fence_owner='s3cret' */ 1",
+			want: "SELECT /*+ fence_owner='s3cret' */ 1", single: true},
+		{name: "in a dead version comment", in: "SELECT 1 /*!99999 fence_owner='s3cret' */",
+			want: "SELECT 1 /*!99999 fence_owner='s3cret' */", single: true, servers: []Server{maria, mysql8}},
+		{name: "the session's fence variable", in: "SELECT @fence_owner /* @fence_owner */",
+			want: "SELECT @fence_owner /* @fence_owner */", single: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			servers := c.servers
+			if servers == nil {
+				servers = []Server{maria, mysql8, tidb}
+			}
+			for _, srv := range servers {
+				for _, e := range []*Engine{protected, unprotected} {
+					for _, prep := range []bool{false, true} {
+						if prep && !c.single {
+							continue
+						}
+						// Twice: the second may come from a cache.
+						for range 2 {
+							var d Decision
+							if prep {
+								d = e.Prepare([]byte(c.in), srv, appSession())
+							} else {
+								d = e.Query([]byte(c.in), srv, appSession())
+							}
+							what := fmt.Sprintf("%v protected=%v prepare=%v", srv, e == protected, prep)
+							if c.refusedWhenProtected && e == protected {
+								if d.Action != Refuse {
+									t.Errorf("%s: %v %q", what, d.Action, d.SQL)
+								}
+								continue
+							}
+							sent := c.in
+							switch d.Action {
+							case Send:
+								sent = string(d.SQL)
+								if !bytes.Equal(d.SQL, d.Stripped) || fencedStmt(d) != nil {
+									t.Errorf("%s: more than the keys' removal: %q / %q", what, d.SQL, d.Stripped)
+								}
+							case Forward:
+							default:
+								t.Fatalf("%s: %v %v", what, d.Action, d.Refusal)
+							}
+							if sent != c.want {
+								t.Errorf("%s: sent %q, want %q", what, sent, c.want)
+							}
+							if c.want != c.in {
+								noSecrets(t, what, []byte(sent))
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// fencedStmt returns the first statement of d that carries a fence.
+func fencedStmt(d Decision) *Stmt {
+	for i := range d.Stmts {
+		if d.Stmts[i].Fence != nil {
+			return &d.Stmts[i]
+		}
+	}
+	return nil
 }
 
 func TestStmtFenceMultiStatement(t *testing.T) {
@@ -402,9 +547,8 @@ func TestStmtFenceRandomPieces(t *testing.T) {
 			if st.Kind == Write {
 				writes = true
 				if st.Fence != nil && st.Fence.Presented == nil && !strings.Contains(q, ";") && strings.Contains(strings.ToLower(q), "fence_owner=") {
-					// Only a comment the proxy found malformed away from
-					// protected writes keeps its keys; on a write it must
-					// have been refused.
+					// A fence key with a value in a protected write's
+					// text: its comment's fence applies, or it is refused.
 					t.Errorf("%q: a write with a fence key in its text went out under the session's fence: %s", q, text)
 				}
 			}
