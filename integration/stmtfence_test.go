@@ -403,6 +403,78 @@ func TestStmtFenceNotInServerText(t *testing.T) {
 	})
 }
 
+// A statement that writes nothing protected, with a malformed fence
+// comment holding an owner (a missing quote, a partial comment, a bad
+// escape, a bad token, a key twice, a line comment), runs and returns its
+// rows, as a query and as a prepared statement; the comment goes whole, so
+// the owner never reaches the server's general log. A protected write with
+// such a comment is still refused, and so never sent.
+func TestStmtFenceMalformedCommentNotInServerText(t *testing.T) {
+	e := newFencedEnv(t, envOptions{})
+	ctx := context.Background()
+	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1), (2, 'acme', '2026-02', 2)")
+	owner := "owner-secret-" + fmt.Sprint(time.Now().UnixNano())
+	c := e.session(t)
+	read := generalLog(t, e)
+	reads := []struct{ name, q string }{
+		{"missing quote, at the end", "SELECT id FROM invoices ORDER BY id /*fence_lease='job%3Aa',fence_owner='" + owner + ",fence_token='1'*/"},
+		{"partial, at the start", "/*fence_lease='job%3Aa',fence_owner='" + owner + "'*/ SELECT id FROM invoices ORDER BY id"},
+		{"bad escape, between tokens", "SELECT id FROM invoices /*fence_lease='job%3Aa',fence_owner='" + owner + "%2',fence_token='1'*/ ORDER BY id"},
+		{"bad token, with a traceparent", "SELECT id FROM invoices ORDER BY id /*traceparent='00-abc-def-01',fence_lease='job%3Aa',fence_owner='" + owner + "',fence_token='x'*/"},
+		{"well-formed and a key twice", "/*fence_lease='job%3Aa',fence_owner='" + owner + "',fence_token='1'*/ SELECT id FROM invoices ORDER BY id /*fence_owner='" + owner + "',fence_owner='" + owner + "'*/"},
+		{"line comment", "SELECT id FROM invoices ORDER BY id -- fence_owner='" + owner + "'"},
+	}
+	for _, r := range reads {
+		for _, prepared := range []bool{false, true} {
+			var rows *sql.Rows
+			var err error
+			if prepared {
+				// An argument: go-sql-driver prepares it (COM_STMT_PREPARE).
+				q := strings.Replace(r.q, "FROM invoices", "FROM invoices WHERE id > ?", 1)
+				rows, err = c.QueryContext(ctx, q, 0)
+			} else {
+				rows, err = c.QueryContext(ctx, r.q)
+			}
+			if err != nil {
+				t.Fatalf("%s (prepared %v): %v", r.name, prepared, err)
+			}
+			var ids []int
+			for rows.Next() {
+				var id int
+				if err := rows.Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			if err := rows.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ids) != "[1 2]" {
+				t.Errorf("%s (prepared %v): rows %v, want [1 2]", r.name, prepared, ids)
+			}
+		}
+	}
+	// An unprotected write runs too; a protected one is refused.
+	if _, err := c.ExecContext(ctx, "INSERT INTO notes (body) VALUES ('n') /*fence_lease='job%3Aa',fence_owner='"+owner+"'*/"); err != nil {
+		t.Fatalf("unprotected write: %v", err)
+	}
+	_, err := c.ExecContext(ctx, "UPDATE invoices SET amount = 0 WHERE id = 1 /*fence_lease='job%3Aa',fence_owner='"+owner+"'*/")
+	if err == nil || !strings.Contains(err.Error(), "lacks fence_token") {
+		t.Fatalf("protected write: %v", err)
+	}
+	log := read()
+	if n := strings.Count(log, "FROM invoices"); n < 2*len(reads) {
+		t.Fatalf("%d reads in the general log, want %d:\n%s", n, 2*len(reads), log)
+	}
+	// The rest of the text as written: the comment between two tokens
+	// left one space.
+	if !strings.Contains(log, "Query\tSELECT id FROM invoices   ORDER BY id\n") {
+		t.Errorf("the read with the comment between tokens is not in the general log as sent:\n%s", log)
+	}
+	checkNoFence(t, "general log", log, lease.Lease{Owner: owner})
+	t.Logf("%d reads (query and prepared), 1 unprotected write: %d bytes of general log checked for the owner", len(reads), len(log))
+}
+
 func checkNoFence(t *testing.T, where, text string, l lease.Lease) {
 	t.Helper()
 	low := strings.ToLower(text)
