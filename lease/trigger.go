@@ -58,7 +58,7 @@ const GuardTriggerPrefix = "fence_guard_"
 
 // guardVersion is in every guard trigger's name: a newer fenceproxy writes
 // a different body, and init replaces the older triggers.
-const guardVersion = 1
+const guardVersion = 2
 
 // guardMessagePrefix starts the message of every guard refusal; ParseGuardError
 // reads the rest.
@@ -175,18 +175,61 @@ func IsGuardName(name string) bool {
 	return len(name) >= len(GuardTriggerPrefix) && strings.EqualFold(name[:len(GuardTriggerPrefix)], GuardTriggerPrefix)
 }
 
+// Statement fence variables: a write that carries its own fence (a fence
+// comment, Presented) checks the lease row against the comment's values,
+// and the proxy removes the comment from the text it sends. Guard triggers
+// cannot read the statement's text, so right before such a write the proxy
+// sets these session variables (StmtFenceSetSQL) and right after it clears
+// them (StmtFenceClearSQL): while StmtVarToken is not NULL a guard checks
+// them instead of the session's fence variables. The owner is there only as
+// its SHA-256, as in the write's own fence, so that neither the server's
+// general log nor PROCESSLIST ever holds the secret.
+const (
+	StmtVarLease    = "fenceproxy_stmt_lease"
+	StmtVarOwnerSum = "fenceproxy_stmt_owner_sha256"
+	StmtVarToken    = "fenceproxy_stmt_token"
+)
+
+// StmtFenceSetSQL sets the statement fence variables to p (the owner as its
+// SHA-256, a binary string).
+func StmtFenceSetSQL(p Presented) string {
+	sum := sha256.Sum256([]byte(p.Owner))
+	return "SET @" + StmtVarLease + " = " + nameLit(p.Lease) + ", @" + StmtVarOwnerSum + " = X'" + hex.EncodeToString(sum[:]) +
+		"', @" + StmtVarToken + " = " + strconv.FormatUint(p.Token, 10)
+}
+
+// StmtFenceClearSQL clears the statement fence variables. It names no
+// table: the write's warnings and FOUND_ROWS() stay; ROW_COUNT() becomes 0
+// (measured on MariaDB 10.11).
+const StmtFenceClearSQL = "SET @" + StmtVarLease + " = NULL, @" + StmtVarOwnerSum + " = NULL, @" + StmtVarToken + " = NULL"
+
+// guardCheck is what one branch of a guard body compares the lease row
+// with.
+type guardCheck struct {
+	lease   string // the lease name: a literal or a variable
+	ownerIs string // true when fence_l's owner is the presented one
+	token   string
+	missing string // true when the fence is absent
+}
+
 // guardBody writes the trigger body. The hot path is one primary-key
 // lookup of the lease row, locked in share mode (InnoDB), or one change of
 // it (Galera); the reason of a refusal is read only when there is one. It
 // is ASCII, names every object schema-qualified, writes every name and
 // owner as a hex literal, compares time with SYSDATE(3) only, and declares
 // the character sets of its variables, so it reads and runs the same under
-// any sql_mode and character set init creates it with.
+// any sql_mode and character set init creates it with. It checks the
+// statement fence variables when they are set (a write that carries its
+// own fence), else the session's fence variables.
 func guardBody(spec TriggerSpec) string {
 	r := ref(spec.Fence, guardLit)
-	from := quoteIdent(spec.Fence.Schema) + "." + quoteIdent(spec.Fence.Table) + " PARTITION (" + GuardPartition + ") AS " + FenceAlias
-	fence := "fence_l.lease_name = " + r.lease + " AND fence_l.owner_token = " + r.owner + " AND fence_l.fence_token = " +
-		r.token + " AND fence_l.leased_until > SYSDATE(3)"
+	session := guardCheck{lease: r.lease, ownerIs: "fence_l.owner_token = " + r.owner, token: r.token, missing: r.missing}
+	stmt := guardCheck{lease: "@" + StmtVarLease, ownerIs: "UNHEX(SHA2(fence_l.owner_token, 256)) = @" + StmtVarOwnerSum,
+		token: "@" + StmtVarToken, missing: "@" + StmtVarOwnerSum + " IS NULL OR @" + StmtVarLease + " IS NULL"}
+	if spec.Fence.Lease != "" {
+		stmt.lease = r.lease
+		stmt.missing = "@" + StmtVarOwnerSum + " IS NULL"
+	}
 	var b strings.Builder
 	line := func(indent int, s string) {
 		b.WriteString(strings.Repeat("  ", indent))
@@ -199,30 +242,43 @@ func guardBody(spec TriggerSpec) string {
 		line(1, "IF NOT ("+exemptSQL(spec.Exempt)+") THEN")
 		in++
 	}
-	if spec.Engine == Galera {
-		line(in, "UPDATE "+from+" SET fence_l."+WriteCounter+" = fence_l."+WriteCounter+" + 1 WHERE "+fence+";")
-		line(in, "IF ROW_COUNT() = 0 THEN")
-	} else {
-		line(in, "IF NOT EXISTS (SELECT 1 FROM "+from+" WHERE "+fence+" LOCK IN SHARE MODE) THEN")
-	}
-	// The refusal's variables live in a block of its own: a write whose
-	// fence holds declares nothing.
-	line(in+1, "BEGIN")
-	line(in+2, "DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;")
-	line(in+2, "DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;")
-	line(in+2, "SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = "+r.token+", fence_l.owner_token = "+r.owner+
-		", fence_l.leased_until > SYSDATE(3)) FROM "+from+" WHERE fence_l.lease_name = "+r.lease+" LOCK IN SHARE MODE);")
-	line(in+2, "SET fence_msg = LEFT(CONCAT('"+guardMessagePrefix+spec.Schema+"."+spec.Table+" refused (', CASE WHEN "+r.missing+
-		" THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token'"+
-		" WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', "+leaseDisplay(r.lease)+", ''''), 128);")
-	line(in+2, "SIGNAL SQLSTATE '"+GuardSQLState+"' SET MYSQL_ERRNO = "+strconv.Itoa(GuardErrno)+", MESSAGE_TEXT = fence_msg;")
-	line(in+1, "END;")
+	line(in, "IF @"+StmtVarToken+" IS NULL THEN")
+	guardBranch(line, in+1, spec, session)
+	line(in, "ELSE")
+	guardBranch(line, in+1, spec, stmt)
 	line(in, "END IF;")
 	if len(spec.Exempt) > 0 {
 		line(1, "END IF;")
 	}
 	b.WriteString("END")
 	return b.String()
+}
+
+// guardBranch writes one branch of a guard body: the check of c, and the
+// refusal when it fails.
+func guardBranch(line func(int, string), in int, spec TriggerSpec, c guardCheck) {
+	from := quoteIdent(spec.Fence.Schema) + "." + quoteIdent(spec.Fence.Table) + " PARTITION (" + GuardPartition + ") AS " + FenceAlias
+	fence := "fence_l.lease_name = " + c.lease + " AND " + c.ownerIs + " AND fence_l.fence_token = " +
+		c.token + " AND fence_l.leased_until > SYSDATE(3)"
+	if spec.Engine == Galera {
+		line(in, "UPDATE "+from+" SET fence_l."+WriteCounter+" = fence_l."+WriteCounter+" + 1 WHERE "+fence+";")
+		line(in, "IF ROW_COUNT() = 0 THEN")
+	} else {
+		line(in, "IF NOT EXISTS (SELECT 1 FROM "+from+" WHERE "+fence+" LOCK IN SHARE MODE) THEN")
+	}
+	// The refusal's variables live in a block of their own: a write whose
+	// fence holds declares nothing.
+	line(in+1, "BEGIN")
+	line(in+2, "DECLARE fence_row VARCHAR(64) CHARACTER SET ascii;")
+	line(in+2, "DECLARE fence_msg VARCHAR(128) CHARACTER SET utf8mb4;")
+	line(in+2, "SET fence_row = (SELECT CONCAT_WS(',', fence_l.fence_token = "+c.token+", "+c.ownerIs+
+		", fence_l.leased_until > SYSDATE(3)) FROM "+from+" WHERE fence_l.lease_name = "+c.lease+" LOCK IN SHARE MODE);")
+	line(in+2, "SET fence_msg = LEFT(CONCAT('"+guardMessagePrefix+spec.Schema+"."+spec.Table+" refused (', CASE WHEN "+c.missing+
+		" THEN 'no_fence' WHEN fence_row IS NULL THEN 'lease_missing' WHEN fence_row LIKE '0,%' THEN 'stale_token'"+
+		" WHEN fence_row LIKE '1,0,%' THEN 'owner_mismatch' ELSE 'expired' END, ') under lease ''', "+leaseDisplay(c.lease)+", ''''), 128);")
+	line(in+2, "SIGNAL SQLSTATE '"+GuardSQLState+"' SET MYSQL_ERRNO = "+strconv.Itoa(GuardErrno)+", MESSAGE_TEXT = fence_msg;")
+	line(in+1, "END;")
+	line(in, "END IF;")
 }
 
 // guardLit writes a string as a utf8mb4_bin value for a trigger body. Not

@@ -76,7 +76,7 @@ func TestGuardTriggerNames(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, g := range gs {
-		if len(g.Name) > MaxIdentBytes || !IsGuardName(g.Name) || !strings.HasPrefix(g.Name, "fence_guard_v1_") {
+		if len(g.Name) > MaxIdentBytes || !IsGuardName(g.Name) || !strings.HasPrefix(g.Name, "fence_guard_v2_") {
 			t.Errorf("name %q", g.Name)
 		}
 		if seen[g.Name] {

@@ -194,7 +194,14 @@ func (c *clientConn) command(rt *runtime) (byte, error) {
 			return cmd, c.refuseTooLarge()
 		}
 	}
-	if spec := &commandTable[cmd]; spec.run != nil {
+	if spec := &commandTable[cmd]; spec.run != nil && c.pendingErr != nil && spec.response != "none" {
+		be := c.pendingErr
+		c.pendingErr = nil
+		if _, err := c.client.SkipPacket(); err != nil {
+			return cmd, err
+		}
+		err = c.sendError(be.Code, be.State, be.Msg)
+	} else if spec.run != nil {
 		err = spec.run(c, rt, head)
 	} else {
 		err = c.refuseCommand(cmd, false)

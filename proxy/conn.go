@@ -82,6 +82,10 @@ type clientConn struct {
 	// status may be wrong either way; whatever relies on it asks the
 	// server first (learnStatus).
 	statusStale bool
+	// pendingErr: the server's error to a statement of the proxy's own
+	// that the client's next command would have met (clearStmtFence); that
+	// command is answered with it instead of being sent.
+	pendingErr *wire.ServerError
 	// xaBranch: an XA START succeeded and the server has not said since
 	// that no transaction is open (XA COMMIT, XA ROLLBACK, or an abort
 	// the next OK shows): the session may be in an XA branch, where the

@@ -12,6 +12,7 @@ const (
 	erSecureTransport      = 3159 // ER_SECURE_TRANSPORT_REQUIRED
 	erSignal               = 1644 // ER_SIGNAL_EXCEPTION, what SIGNAL SQLSTATE '45000' gives: a stale write in on_stale: error
 	erUnknownComError      = 1047 // ER_UNKNOWN_COM_ERROR
+	erQueryInterrupted     = 1317 // ER_QUERY_INTERRUPTED: KILL QUERY met a statement of the proxy's own
 
 	// erBackendLost answers the command in flight when the backend
 	// connection broke before any of its response reached the client (in

@@ -128,6 +128,15 @@ func (c *clientConn) comQuery(rt *runtime) error {
 		}
 		c.fence.AuditRefusal(rt.fenceRT(), r, string(payload[1:]), "shadow")
 	}
+	if p := stmtFenceForTriggers(rt, d); p != nil {
+		return c.underStmtFence(p, func() error { return c.runQuery(rt, d, payload, inPlace) },
+			func() error { c.consumeCommand(payload, inPlace); return nil })
+	}
+	return c.runQuery(rt, d, payload, inPlace)
+}
+
+// runQuery carries out the decision d on a COM_QUERY.
+func (c *clientConn) runQuery(rt *runtime, d rewrite.Decision, payload []byte, inPlace bool) error {
 	switch d.Action {
 	case rewrite.Refuse:
 		sql := rewrite.DigestInput(payload[1:]) // all that the audit record's digest reads
@@ -462,6 +471,17 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 			return err
 		}
 	}
+	if p := stmtFenceOf(rt, &ps.stmt); p != nil {
+		return c.underStmtFence(p, func() error { return c.runExecute(rt, ps) }, func() error {
+			_, err := c.client.SkipPacket()
+			return err
+		})
+	}
+	return c.runExecute(rt, ps)
+}
+
+// runExecute sends a COM_STMT_EXECUTE of ps, fenced as ps says.
+func (c *clientConn) runExecute(rt *runtime, ps *preparedStmt) error {
 	if f := c.fence.GuardOf(&ps.stmt); f != nil && rt.policy.Mode != policy.ModeShadow {
 		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
 			_, err := c.client.SkipPacket()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/policy"
 )
 
 // A packet is decided statement by statement, in the order the server
@@ -150,6 +151,12 @@ func (pc *packetCtx) finish(r restResult) Decision {
 	}
 	if pc.prepare && r.nonEmpty > 1 && pc.e.hasTables() {
 		return refuse("", "a prepared statement holds exactly one statement")
+	}
+	if pc.e.pol.DatabaseGuard == policy.GuardTriggers && r.nonEmpty > 1 && carriesStmtFence(r.stmts) {
+		// The guard triggers read a statement's fence from variables the
+		// proxy sets around that one write (lease.StmtFenceSetSQL).
+		return refuse("", "with guard triggers (fencing.database_guard: triggers) a write that carries its own fence "+
+			"must be the only statement of its query; send it alone")
 	}
 	var d Decision
 	if len(r.edits) > 0 {
@@ -465,4 +472,14 @@ func itoa(n int) string {
 		b[i] = '-'
 	}
 	return string(b[i:])
+}
+
+// carriesStmtFence: one of stmts is a write that carries its own fence.
+func carriesStmtFence(stmts []Stmt) bool {
+	for i := range stmts {
+		if f := stmts[i].Fence; f != nil && f.Presented != nil {
+			return true
+		}
+	}
+	return false
 }

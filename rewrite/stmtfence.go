@@ -6,7 +6,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/fenceproxy/fenceproxy/lease"
-	"github.com/fenceproxy/fenceproxy/policy"
 )
 
 // A statement may carry its own fence, for connection pools and ORMs: a
@@ -482,10 +481,6 @@ func (in *stmtIn) applyStmtFence(res *stmtRes, fc *fenceComment, end int) {
 			return
 		case f.Presented == nil || *f.Presented != fc.presented:
 			refuse("fenceproxy could not apply this statement's fence comment to the write; it was not sent")
-			return
-		case e.pol.DatabaseGuard == policy.GuardTriggers:
-			refuse("the guard triggers (fencing.database_guard: triggers) check the session's fence variables, " +
-				"not a statement's fence comment; set the session's fence (fence_acquire) for this write")
 			return
 		}
 	}

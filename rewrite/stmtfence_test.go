@@ -428,17 +428,42 @@ func TestStmtFenceUnderSQLModes(t *testing.T) {
 	}
 }
 
-// With the guard triggers on, a statement fence is refused: the triggers
-// read the session's variables.
-func TestStmtFenceRefusedUnderGuardTriggers(t *testing.T) {
+// With the guard triggers on, a statement fence applies to a write sent
+// alone (the proxy sets the triggers' statement variables around it), and
+// a query of several statements with one is refused: the variables would
+// hold for all of them.
+func TestStmtFenceUnderGuardTriggers(t *testing.T) {
 	p, err := policy.NewPolicy(1, policy.Fencing{DatabaseGuard: policy.GuardTriggers}, []policy.Table{{Name: "app.invoices"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := New(p, Options{})
-	d := e.Query([]byte("UPDATE invoices SET paid = 1 /*"+fcBody+"*/"), maria, appSession())
-	if d.Action != Refuse || !strings.Contains(d.Refusal.Reason, "guard triggers") {
-		t.Fatalf("%+v", d)
+	cases := []struct {
+		name, sql string
+		refused   bool
+	}{
+		{"alone", "UPDATE invoices SET paid = 1 /*" + fcBody + "*/", false},
+		{"alone, comment first", "/*" + fcBody + "*/ DELETE FROM invoices WHERE id = 1", false},
+		{"with a read after it", "UPDATE invoices SET paid = 1 /*" + fcBody + "*/; SELECT 1", true},
+		{"after a session-fenced write", "UPDATE invoices SET paid = 2; UPDATE invoices SET paid = 1 /*" + fcBody + "*/", true},
+		{"two session-fenced writes", "UPDATE invoices SET paid = 2; UPDATE invoices SET paid = 1", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := e.Query([]byte(c.sql), maria, appSession())
+			if refused := d.Action == Refuse; refused != c.refused {
+				t.Fatalf("refused %v, want %v: %+v", refused, c.refused, d.Refusal)
+			}
+			if c.refused && !strings.Contains(d.Refusal.Reason, "the only statement of its query") {
+				t.Fatalf("reason %q", d.Refusal.Reason)
+			}
+			if !c.refused && strings.Contains(c.sql, fcBody) {
+				if d.Action != Send || len(d.Stmts) != 1 || d.Stmts[0].Fence == nil || d.Stmts[0].Fence.Presented == nil {
+					t.Fatalf("%+v", d)
+				}
+				noSecrets(t, c.sql, d.SQL)
+			}
+		})
 	}
 }
 

@@ -92,14 +92,14 @@ func TestInitInstallsGuardTriggers(t *testing.T) {
 	wantCode(t, r, 0, "init --config")
 	for _, want := range []string{"ready: lease table " + fence + ".fenced_job_leases, audit table " + fence + ".fenced_audit",
 		"lease table " + fence + ".fenced_job_leases: partitioned (PARTITION p0)", "guard triggers (innodb, definer root@",
-		"  " + app + ".runs: created fence_guard_v1_bi_", "  " + app + ".jobs: created fence_guard_v1_bi_"} {
+		"  " + app + ".runs: created fence_guard_v2_bi_", "  " + app + ".jobs: created fence_guard_v2_bi_"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("init output lacks %q:\n%s", want, r.stdout)
 		}
 	}
 	bi, n := triggerOrder(t, root, app, "jobs", "BEFORE", "INSERT")
 	ai, _ := triggerOrder(t, root, app, "jobs", "AFTER", "INSERT")
-	if n != 5 || len(bi) != 2 || !strings.HasPrefix(bi[0], "fence_guard_v1_bi_") || bi[1] != "jobs_own_bi" || len(ai) != 1 {
+	if n != 5 || len(bi) != 2 || !strings.HasPrefix(bi[0], "fence_guard_v2_bi_") || bi[1] != "jobs_own_bi" || len(ai) != 1 {
 		t.Fatalf("triggers of jobs after init: %d, BEFORE INSERT %q (want the guard first, the user's kept)", n, bi)
 	}
 	r = cli(t, "check-config", "--connect", cfg)
@@ -137,11 +137,11 @@ func TestInitInstallsGuardTriggers(t *testing.T) {
 	cfg2 := guardConfig(t, srv, app, fence, "triggers", "  database_guard_exempt: [migrator]\n")
 	r = cli(t, "init", "--dsn", dsn, "--config", cfg2)
 	wantCode(t, r, 0, "init --config with an exempt account")
-	if strings.Count(r.stdout, "dropped fence_guard_v1_") != 2 {
+	if strings.Count(r.stdout, "dropped fence_guard_v2_") != 2 {
 		t.Fatalf("init with a changed config:\n%s", r.stdout)
 	}
 	bu, n = triggerOrder(t, root, app, "jobs", "BEFORE", "UPDATE")
-	if n != 6 || len(bu) != 2 || !strings.HasPrefix(bu[0], "fence_guard_v1_bu_") || bu[1] != "jobs_first" {
+	if n != 6 || len(bu) != 2 || !strings.HasPrefix(bu[0], "fence_guard_v2_bu_") || bu[1] != "jobs_first" {
 		t.Fatalf("triggers of jobs: %d, BEFORE UPDATE %q", n, bu)
 	}
 	r = cli(t, "check-config", "--connect", cfg)
@@ -264,7 +264,7 @@ func TestInitGuardsCreatedLater(t *testing.T) {
 	}
 	r = cli(t, "init", "--dsn", dsn, "--config", cfg)
 	wantCode(t, r, 0, "init --config after the migration")
-	if !strings.Contains(r.stdout, "  "+app+".later: created fence_guard_v1_bi_") || strings.Contains(r.stdout, "not there yet") {
+	if !strings.Contains(r.stdout, "  "+app+".later: created fence_guard_v2_bi_") || strings.Contains(r.stdout, "not there yet") {
 		t.Fatalf("init output:\n%s", r.stdout)
 	}
 	wantCode(t, cli(t, "check-config", "--connect", cfg), 0, "check-config --connect after init")
