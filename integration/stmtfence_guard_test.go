@@ -239,3 +239,78 @@ func TestStmtFenceUnderGuardTriggersUnseenWrite(t *testing.T) {
 	}
 	stmtVarsCleared(t, c, "a write through a view")
 }
+
+// Attempts to make a stale write land through the triggers' statement
+// branch, through the proxy. Each keeps the tables as they were.
+func TestStmtFenceUnderGuardTriggersAttacks(t *testing.T) {
+	s := dbtest.Shared(t)
+	e := newGuardEnv(t, s, lease.InnoDB)
+	mustExec(t, e.root, "CREATE VIEW v_items AS SELECT id, v FROM items")
+	mustExec(t, e.root, "CREATE VIEW v_fixed AS SELECT id, v FROM fixed")
+	// Without the catalog the proxy does not know the views: what reaches
+	// the tables through them is the triggers' alone to judge.
+	tp := startProxy(t, s.Addr, guardProxyYAML(e, "zero_rows", "0s"), guardProxyAccount(t, e)...)
+	ctx := context.Background()
+	staleVars := lease.StmtFenceSetSQL(lease.Presented{Lease: "guard:items", Owner: e.stale.Owner, Token: e.stale.Token})
+	before := e.dump(t)
+
+	// 1. The app sets the statement variables itself, to its stale fence,
+	// and writes where the proxy does not look.
+	c := guardSession(t, tp, e, fenceStale)
+	mustExec(t, c, staleVars)
+	_, err := c.ExecContext(ctx, "UPDATE v_items SET v = 'attack 1' WHERE id = 1")
+	guardErr(t, err, lease.StaleToken, e.stale.Owner)
+
+	// 2. A valid statement fence for one write, then an unseen write in
+	// the same session: the variables were cleared in between, so the
+	// triggers read the session's (stale) fence.
+	if _, err := c.ExecContext(ctx, withComment(t, "UPDATE items SET n = n + 1 WHERE id = 2", e.valid)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ExecContext(ctx, "UPDATE v_items SET v = 'attack 2' WHERE id = 1")
+	guardErr(t, err, lease.StaleToken, e.stale.Owner, e.valid.Owner)
+
+	// 3. The same after a statement-fenced write that failed (duplicate
+	// key): cleared all the same.
+	_, err = c.ExecContext(ctx, withComment(t, "INSERT INTO items (id, v) VALUES (1, 'dup')", e.valid))
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1062 {
+		t.Fatalf("duplicate INSERT: %v", err)
+	}
+	stmtVarsCleared(t, c, "a failed statement-fenced write")
+	_, err = c.ExecContext(ctx, "DELETE FROM v_items WHERE id = 1")
+	guardErr(t, err, lease.StaleToken, e.stale.Owner, e.valid.Owner)
+
+	// 4. Valid statement variables of items' lease on the fixed lease's
+	// table: the triggers check the fixed lease.
+	mustExec(t, c, lease.StmtFenceSetSQL(lease.Presented{Lease: "guard:items", Owner: e.valid.Owner, Token: e.valid.Token}))
+	_, err = c.ExecContext(ctx, "UPDATE v_fixed SET v = 'attack 4'")
+	guardErr(t, err, lease.OwnerMismatch, e.valid.Owner)
+	mustExec(t, c, lease.StmtFenceClearSQL)
+
+	// 5. A stale comment on the write through the view.
+	_, err = c.ExecContext(ctx, withComment(t, "UPDATE v_items SET v = 'attack 5' WHERE id = 1", e.stale))
+	guardErr(t, err, lease.StaleToken, e.stale.Owner)
+
+	// 6. A valid comment inside a compound statement that writes through
+	// the view: refused by the proxy (a fence key outside the write's own
+	// comment), so nothing is sent.
+	_, err = c.ExecContext(ctx, "BEGIN NOT ATOMIC UPDATE v_items SET v = 'attack 6' WHERE id = 1 /*"+
+		strings.Trim(lease.FenceComment(e.valid), "/*")+"*/; END")
+	if !errors.As(err, &me) || me.Number == lease.GuardErrno {
+		t.Fatalf("compound statement with a fence comment: %v, want the proxy's refusal", err)
+	}
+
+	// 7. A stale session and a stale comment in one multi-statement query,
+	// the second statement through the view.
+	multi := appDB(t, tp, e.app, "multiStatements=true")
+	_, err = multi.ExecContext(ctx, e.setSQL(fenceStale)+"; "+withComment(t, "UPDATE v_items SET v = 'attack 7' WHERE id = 1", e.stale))
+	if err == nil {
+		t.Fatal("attack 7 succeeded")
+	}
+
+	want := strings.Replace(before, "2|two|0", "2|two|1", 1)
+	if got := e.dump(t); got != want {
+		t.Fatalf("the attacks changed the tables:\n%s\nwant\n%s", got, want)
+	}
+}
