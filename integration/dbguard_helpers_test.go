@@ -40,7 +40,7 @@ var guardVars = lease.Vars{Lease: "fence_lease", Owner: "fence_owner", Token: "f
 
 // newGuardEnv builds the schemas on s (engine e: lease.InnoDB or
 // lease.Galera) and installs the guards as fenceproxy init does.
-func newGuardEnv(t *testing.T, s *dbserver.Server, e lease.Engine, exempt ...lease.Account) *guardEnv {
+func newGuardEnv(t testing.TB, s *dbserver.Server, e lease.Engine, exempt ...lease.Account) *guardEnv {
 	t.Helper()
 	ctx := context.Background()
 	app := dbtest.NewDatabase(t, s)
@@ -88,7 +88,7 @@ func newGuardEnv(t *testing.T, s *dbserver.Server, e lease.Engine, exempt ...lea
 
 // takenOver acquires lease name, lets it expire and has another owner take
 // it over: the first holder's fence is stale, the second's valid.
-func (e *guardEnv) takenOver(t *testing.T, name string) (stale, valid lease.Lease) {
+func (e *guardEnv) takenOver(t testing.TB, name string) (stale, valid lease.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	stale, err := e.store.Acquire(ctx, name, 50*time.Millisecond)

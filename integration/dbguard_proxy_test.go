@@ -25,7 +25,7 @@ import (
 
 // guardProxyAccount creates the proxy's own account for e (catalog
 // privileges, the lease and audit tables) and returns its backend YAML.
-func guardProxyAccount(t *testing.T, e *guardEnv) []string {
+func guardProxyAccount(t testing.TB, e *guardEnv) []string {
 	t.Helper()
 	user := "fpg_" + e.app[len(e.app)-8:]
 	root := dbtest.Open(t, e.srv.RootDSN(""))
