@@ -60,6 +60,12 @@ type Engine struct {
 
 	maxBytes, maxTokens, maxNesting int // see limits.go
 
+	// bare reads packets for shadow mode (shadow.go): nothing protected,
+	// strict, no caches. strict: what cannot be read with certainty is
+	// refused even though nothing is protected (mustRead).
+	bare   *Engine
+	strict bool
+
 	// fresh: the catalog is current; objects: the names it saw; absent:
 	// the objects found absent since (see fresh.go).
 	fresh   bool
@@ -69,6 +75,14 @@ type Engine struct {
 
 // New returns an Engine for the policy snapshot p (nil: nothing protected).
 func New(p *policy.Policy, opts Options) *Engine {
+	e := newEngine(p, opts)
+	e.bare = newEngine(nil, Options{CacheEntries: -1, ShapeEntries: -1, MaxParseBytes: e.maxBytes,
+		MaxParseTokens: e.maxTokens, MaxParseNesting: e.maxNesting})
+	e.bare.strict = true
+	return e
+}
+
+func newEngine(p *policy.Policy, opts Options) *Engine {
 	if p == nil {
 		p = emptyPolicy()
 	}
@@ -148,6 +162,13 @@ func (e *Engine) isLease(t *policy.Table) bool {
 // hasTables reports whether the policy protects anything at all.
 func (e *Engine) hasTables() bool { return len(e.pol.Tables) > 0 }
 
+// mustRead reports whether a packet that cannot be read with certainty (a
+// limit passed, a construct the lexer is unsure of, a character set that
+// may hide quotes) is refused rather than relayed unread: while anything
+// is protected, and always for shadow mode's reading (shadow.go), which
+// must know where every comment is.
+func (e *Engine) mustRead() bool { return e.strict || e.hasTables() }
+
 // Query decides on the text of a COM_QUERY packet (one or more statements).
 // sql is only read during the call.
 func (e *Engine) Query(sql []byte, srv Server, sess *Session) Decision {
@@ -165,7 +186,7 @@ func (e *Engine) entry(sql []byte, srv Server, sess *Session, prepare bool) Deci
 	if sess != nil {
 		s = *sess
 	}
-	if s.ASCIIRemap && e.hasTables() {
+	if s.ASCIIRemap && e.mustRead() {
 		return Decision{Action: Refuse, Refusal: remapRefusal}
 	}
 	if hasFenceKey(sql) {
@@ -266,7 +287,7 @@ func readings(t Tri, text []byte, c byte) []bool {
 // packet is refused. tr, if not nil, records for the shape cache what the
 // decision depended on; it is filled only when there is a single reading.
 func (e *Engine) slow(sql []byte, srv Server, s Session, prepare bool, tr *shapeTrace) Decision {
-	if s.UnsafeCharset && hasTrailPair(sql) && e.hasTables() {
+	if s.UnsafeCharset && hasTrailPair(sql) && e.mustRead() {
 		return refuse("", "the client character set may hide quotes or backslashes inside multibyte characters, "+
 			"and this statement has a non-ASCII byte followed by one of @ [ \\ ] ^ ` { | } ~; "+
 			"use utf8mb4 (SET NAMES utf8mb4) or keep such text out of statements on protected tables")

@@ -64,7 +64,7 @@ func (in *stmtIn) wholeOverLimit() (stmtRes, bool) {
 	if r == nil {
 		return stmtRes{}, false
 	}
-	if !in.pc.e.hasTables() {
+	if !in.pc.e.mustRead() {
 		return stmtRes{stmt: Stmt{Kind: Call}, endAt: len(in.pc.src)}, true
 	}
 	return stmtRes{refusal: r}, true

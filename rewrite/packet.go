@@ -116,7 +116,7 @@ func (e *Engine) decidePacket(sql []byte, srv Server, s Session, mode lexMode, p
 
 func (e *Engine) decideText(sql []byte, s Session, mode lexMode, prepare bool, depth int, tr *shapeTrace) Decision {
 	if len(sql) > e.maxBytes {
-		if e.hasTables() {
+		if e.mustRead() {
 			return Decision{Action: Refuse, Refusal: e.bytesRefusal(len(sql))}
 		}
 		return Decision{Action: Forward} // nothing protected: relayed unread
@@ -235,7 +235,7 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 	for pos <= len(pc.src) {
 		end, count, depth := sqlread.ScanStatement(pc.src, pos, st.mode.lex())
 		if r := pc.overLimit(count, depth); r != nil {
-			if pc.e.hasTables() {
+			if pc.e.mustRead() {
 				out.refusal = r
 				return out
 			}
@@ -251,7 +251,7 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 		toks, end, issue, issuePos := sqlread.LexStatement(pc.src, pos, st.mode.lex(), norm, count)
 		next := end + 1
 		final := next > len(pc.src)
-		if issue != "" && pc.e.hasTables() {
+		if issue != "" && pc.e.mustRead() {
 			out.refusal = &Refusal{Reason: "fenceproxy cannot be sure how the server reads this statement (" + issue +
 				" at byte " + itoa(issuePos) + "); write it without that construct"}
 			return out
@@ -323,13 +323,13 @@ func (pc *packetCtx) decideRest(pos int, st pstate, norm []byte) restResult {
 		sess := st.session()
 		eff := sess.Apply(&res.stmt, InPacket)
 		st.schema, st.unsafe, st.oracle, st.utf8 = sess.Schema, sess.UnsafeCharset, sess.Oracle, sess.NamesUTF8
-		if eff.Charset && sess.ASCIIRemap && pc.e.hasTables() {
+		if eff.Charset && sess.ASCIIRemap && pc.e.mustRead() {
 			out.refusal = &Refusal{CharsetUnknown: true, Reason: "after this statement switches to a character set " +
 				"fenceproxy does not know to read ASCII as ASCII, it cannot read the rest of the query; send the " +
 				"statements that follow in a query of their own"}
 			return out
 		}
-		if eff.Charset && sess.UnsafeCharset && pc.e.hasTables() && hasTrailPair(pc.src[next:]) {
+		if eff.Charset && sess.UnsafeCharset && pc.e.mustRead() && hasTrailPair(pc.src[next:]) {
 			out.refusal = &Refusal{Reason: "after this statement switches to a character set that may hide quotes or " +
 				"backslashes inside multibyte characters, a later statement of the query has a non-ASCII byte " +
 				"followed by one of @ [ \\ ] ^ ` { | } ~; send it in a query of its own"}

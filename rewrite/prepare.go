@@ -181,7 +181,7 @@ func (in *stmtIn) innerDecision(src stringSource) (innerResult, *stmtRes) {
 			"is ASCII (write other characters as escapes the statement itself decodes, or use the binary protocol)")
 		return innerResult{}, &r
 	}
-	if in.st.unsafe && e.hasTables() && hasTrailPair(text) {
+	if in.st.unsafe && e.mustRead() && hasTrailPair(text) {
 		r := in.refuse("", "the statement text has a non-ASCII byte followed by one of @ [ \\ ] ^ ` { | } ~, "+
 			"which the client character set may read differently; use utf8mb4")
 		return innerResult{}, &r
