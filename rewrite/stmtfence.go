@@ -499,20 +499,52 @@ func (in *stmtIn) stripFenceComments(res *stmtRes, end int) {
 	if end > len(src) {
 		end = len(src)
 	}
+	toks := in.toks
+	if end > in.end {
+		// A compound statement or a stored program definition, which the
+		// block structure ends past its first ';': what follows in.toks
+		// is statements, strings among them, not a stretch the lexer
+		// skipped (read as one, BEGIN NOT ATOMIC SELECT 1; SELECT '-- a';
+		// END lost everything from the -- on).
+		var issue string
+		if toks, issue = in.lexTo(end); issue != "" && in.pc.e.mustRead() {
+			res.refusal = &Refusal{Reason: "fenceproxy cannot be sure how the server reads this statement (" + issue +
+				"), so it cannot take the fence keys out of its comments; write it without that construct"}
+			return
+		}
+	}
 	fl := in.st.mode.server.Flavor
 	prev := in.start
-	for i := 0; i <= len(in.toks); i++ {
-		to, inner := end, i > 0 && i < len(in.toks)
-		if i < len(in.toks) {
-			to = in.toks[i].Start
+	for i := 0; i <= len(toks); i++ {
+		to, inner := end, i > 0 && i < len(toks)
+		if i < len(toks) {
+			to = toks[i].Start
 		}
 		if prev < to {
 			res.edits = stripKeyComments(src, prev, to, inner, fl, res.edits)
 		}
-		if i < len(in.toks) {
-			prev = in.toks[i].End
+		if i < len(toks) {
+			prev = toks[i].End
 		}
 	}
+}
+
+// lexTo lexes the packet from the statement's start up to end, ';' tokens
+// included, and returns the first lexing issue before end.
+func (in *stmtIn) lexTo(end int) ([]sqlread.Token, string) {
+	lx := sqlread.NewLexer(in.pc.src, in.start, in.st.mode.lex(), nil)
+	var toks []sqlread.Token
+	for {
+		t, ok := lx.Next()
+		if !ok || t.Start >= end {
+			break
+		}
+		toks = append(toks, t)
+	}
+	if lx.Issue() != "" && lx.IssuePos() < end {
+		return toks, lx.Issue()
+	}
+	return toks, ""
 }
 
 // stripKeyComments appends to edits what takes the fence keys out of the

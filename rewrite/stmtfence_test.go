@@ -211,6 +211,10 @@ func TestStmtFenceMalformedOnOtherStatements(t *testing.T) {
 			want: "SELECT 1; SELECT 2 "},
 		{name: "unterminated: the server's syntax error stays", in: "SELECT 1 /*fence_lease='a',fence_owner='s3cret'",
 			want: "SELECT 1 /*", single: true, refusedWhenProtected: true},
+		{name: "after a compound statement: its strings past the first ';' stay",
+			in:   "BEGIN NOT ATOMIC SELECT 1; SELECT '-- a /* b */', '#'; END /*fence_owner='s3cret'*/",
+			want: "BEGIN NOT ATOMIC SELECT 1; SELECT '-- a /* b */', '#'; END ", single: true, servers: []Server{maria},
+			refusedWhenProtected: true},
 		// Left as written.
 		{name: "in a string (data)", in: "SELECT 'fence_owner=''s3cret''' /* x */",
 			want: "SELECT 'fence_owner=''s3cret''' /* x */", single: true},
