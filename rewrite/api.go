@@ -131,9 +131,8 @@ type Decision struct {
 	Stmts []Stmt
 
 	// Stripped: the client's text with only the statements' fence keys
-	// removed (stmtfence.go), nil when it has none: what shadow mode,
-	// which forwards statements unfenced, sends instead of the text as
-	// it came, so that no owner token reaches the server.
+	// removed (stmtfence.go), nil when it has none. (Shadow mode, which
+	// forwards statements unfenced, sends Engine.Shadow's text.)
 	Stripped []byte
 
 	// ChangesSchema: a statement of the packet starts with CREATE, ALTER,
