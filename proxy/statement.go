@@ -275,7 +275,8 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 // prepare, as the current policy says: when the answer depends on what the
 // proxy can learn (the catalog since the statement arrived, an sql_mode or
 // character set it could not track), it learns it and asks again (settle);
-// in shadow mode what would be sent or refused is relayed as it came.
+// in shadow mode what would be sent or refused is relayed unfenced, without
+// the fence keys in its comments (rewrite.Engine.Shadow).
 func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decision {
 	arrived := time.Now()
 	ask := func(e *rewrite.Engine) rewrite.Decision {
@@ -299,7 +300,7 @@ func (c *clientConn) decide(rt *runtime, sql []byte, prepare bool) rewrite.Decis
 	})
 	d = c.unguardedRefusal(rt, d)
 	if rt.policy.Mode == policy.ModeShadow && d.Action != rewrite.Forward && d.Action != rewrite.Answer {
-		d = c.fence.Shadow(rt.fenceRT(), d, sql)
+		d = c.fence.Shadow(rt.fenceRT(), d, eng.Shadow(d, sql, c.srv, &c.sess, prepare), sql)
 	}
 	return d
 }

@@ -254,15 +254,17 @@ func (fg *Layer) RunOneByOne(rt Runtime, sql []byte, stmts []rewrite.Stmt) error
 	return nil
 }
 
-// Shadow turns a decision into what shadow mode does: the client's text goes
-// to the server unchanged; a statement that would be refused is audited
-// now, a protected write after its result (the Tracker checks its lease).
-func (fg *Layer) Shadow(rt Runtime, d rewrite.Decision, sql []byte) rewrite.Decision {
-	if d.Action == rewrite.Refuse {
+// Shadow audits what shadow mode does instead of d: sd, the rewriter's
+// shadow decision on the same text (rewrite.Engine.Shadow), which the
+// proxy then acts on. The statement goes unfenced, as the client sent it
+// but for the fence keys in its comments; a statement that would be
+// refused is audited now, a protected write after its result (the
+// Tracker checks its lease). When sd refuses too (a fence key in a text
+// the rewriter cannot read with certainty), the proxy's refusal is the
+// record.
+func (fg *Layer) Shadow(rt Runtime, d, sd rewrite.Decision, sql []byte) rewrite.Decision {
+	if d.Action == rewrite.Refuse && sd.Action != rewrite.Refuse {
 		fg.AuditRefusal(rt, d.Refusal, rewrite.DigestInput(sql), "shadow")
-		return rewrite.Decision{Action: rewrite.Forward}
 	}
-	// Statement fences' keys leave the text all the same (SQL: see
-	// Decision.Stripped).
-	return rewrite.Decision{Action: rewrite.Forward, Stmts: d.Stmts, SQL: d.Stripped}
+	return sd
 }
