@@ -551,6 +551,72 @@ func TestStmtFenceShadowMode(t *testing.T) {
 	}
 }
 
+// Shadow mode runs a protected write that enforcing mode refuses for its
+// fence comment (malformed, holding an owner; a fence key in a comment in
+// the middle) unfenced, as shadow mode does, and audits the refusal; the
+// comments that mention a fence key do not reach the server, so the owner
+// is not in its general log. As a query and as a prepared statement.
+func TestStmtFenceShadowRefusedWithoutOwner(t *testing.T) {
+	e := newFencedEnv(t, envOptions{mode: "shadow"})
+	ctx := context.Background()
+	mustExec(t, e.root, "INSERT INTO invoices (id, customer, period, amount) VALUES (1, 'acme', '2026-01', 1)")
+	owner := "owner-secret-" + fmt.Sprint(time.Now().UnixNano())
+	malformed := "/*fence_lease='job%3Aa',fence_owner='" + owner + ",fence_token='1'*/" // the owner's closing quote missing
+	c := e.session(t)                                                                   // no session fence: the write runs unfenced
+	read := generalLog(t, e)
+	for _, q := range []string{
+		"UPDATE invoices SET amount = 7 WHERE id = 1 " + malformed,
+		"UPDATE invoices /*fence_lease='job%3Aa',fence_owner='" + owner + "',fence_token='1'*/ SET amount = amount - 1 WHERE id = 1",
+	} {
+		res, err := c.ExecContext(ctx, q)
+		if err != nil {
+			t.Fatalf("%.40s: %v", q, err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("%.40s: %d rows", q, n)
+		}
+	}
+	if got := queryString(t, e.root, "SELECT amount FROM invoices WHERE id = 1"); got != "6.00" {
+		t.Fatalf("amount %s after the two queries, want 6.00", got)
+	}
+	// An argument: go-sql-driver prepares it (COM_STMT_PREPARE).
+	st, err := c.PrepareContext(ctx, "UPDATE invoices SET amount = ? WHERE id = 1 "+malformed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExecContext(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	log := read()
+	if got := queryString(t, e.root, "SELECT amount FROM invoices WHERE id = 1"); got != "8.00" {
+		t.Fatalf("amount %s after the prepared write, want 8.00", got)
+	}
+	// The server strips the trailing space the removed comment left.
+	for _, want := range []string{"Query\tUPDATE invoices SET amount = 7 WHERE id = 1\n",
+		"Query\tUPDATE invoices   SET amount = amount - 1 WHERE id = 1\n",
+		"Prepare\tUPDATE invoices SET amount = ? WHERE id = 1\n"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("%q is not in the general log:\n%s", want, log)
+		}
+	}
+	checkNoFence(t, "general log", log, lease.Lease{Owner: owner})
+	var n int
+	for _, r := range e.auditRecords(t) {
+		if r.Mode != "shadow" || r.Outcome != "shadow" || r.Reason != audit.Refused || !strings.HasSuffix(r.Table, "invoices") {
+			t.Errorf("record %+v", r)
+		}
+		if strings.Contains(r.Detail, owner) {
+			t.Errorf("the audit record holds the owner: %+v", r)
+		}
+		n++
+	}
+	if n != 3 {
+		t.Fatalf("%d shadow records, want 3 (two queries, one prepare)", n)
+	}
+	t.Logf("2 queries and 1 prepared write ran in shadow mode; %d bytes of general log checked for the owner", len(log))
+}
+
 // The Go client: a transaction begun with a fenced context fences every
 // statement in it; the Keeper's loss of the lease cancels the context and
 // with it the job's statements.
