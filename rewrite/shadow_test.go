@@ -59,6 +59,10 @@ func TestShadowTakesFenceKeysOut(t *testing.T) {
 			want: w + " /*" + tp + "*/", single: true, decided: Send},
 		{name: "a fence comment inside the text of PREPARE", in: "PREPARE s FROM '" + w + " /*" + quoted + "*/'",
 			want: "PREPARE s FROM '" + w + " '", servers: []Server{maria, mysql8}},
+		// The engine sends the literal re-quoted, which is no mere removal
+		// of keys (Decision.Stripped is nil).
+		{name: "sent: a read's fence comment inside the text of PREPARE", in: "PREPARE s FROM 'SELECT 1 /*" + quoted + "*/'",
+			want: "PREPARE s FROM 'SELECT 1 '", decided: Send, servers: []Server{maria, mysql8}},
 		// No fence key in a comment: byte for byte.
 		{name: "no fence key, refused", in: "UPDATE invoices /* a */ SET paid = 1 WHERE id = 7 INTO OUTFILE '/tmp/x'",
 			want: "UPDATE invoices /* a */ SET paid = 1 WHERE id = 7 INTO OUTFILE '/tmp/x'", single: true},
