@@ -555,7 +555,8 @@ func TestStmtFenceShadowMode(t *testing.T) {
 // fence comment (malformed, holding an owner; a fence key in a comment in
 // the middle) unfenced, as shadow mode does, and audits the refusal; the
 // comments that mention a fence key do not reach the server, so the owner
-// is not in its general log. As a query and as a prepared statement.
+// is not in its general log. As a query and as a prepared statement. One
+// whose text the proxy cannot read with certainty is refused.
 func TestStmtFenceShadowRefusedWithoutOwner(t *testing.T) {
 	e := newFencedEnv(t, envOptions{mode: "shadow"})
 	ctx := context.Background()
@@ -588,6 +589,14 @@ func TestStmtFenceShadowRefusedWithoutOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
+	// Under gbk a byte >= 0x80 may hide the quote after it: the proxy
+	// cannot tell where the comments are, so nothing is sent.
+	g := e.session(t)
+	mustExec(t, g, "SET NAMES gbk")
+	if _, err := g.ExecContext(ctx, "UPDATE invoices SET customer = '\xbf\\' WHERE id = 1 "+malformed); err == nil ||
+		!strings.Contains(err.Error(), "so it was not sent") {
+		t.Fatalf("a fence key in a text the proxy cannot read: %v", err)
+	}
 	log := read()
 	if got := queryString(t, e.root, "SELECT amount FROM invoices WHERE id = 1"); got != "8.00" {
 		t.Fatalf("amount %s after the prepared write, want 8.00", got)
@@ -601,20 +610,20 @@ func TestStmtFenceShadowRefusedWithoutOwner(t *testing.T) {
 		}
 	}
 	checkNoFence(t, "general log", log, lease.Lease{Owner: owner})
-	var n int
+	outcomes := map[string]int{}
 	for _, r := range e.auditRecords(t) {
-		if r.Mode != "shadow" || r.Outcome != "shadow" || r.Reason != audit.Refused || !strings.HasSuffix(r.Table, "invoices") {
+		if r.Mode != "shadow" || r.Reason != audit.Refused || r.Outcome == "shadow" && !strings.HasSuffix(r.Table, "invoices") {
 			t.Errorf("record %+v", r)
 		}
-		if strings.Contains(r.Detail, owner) {
+		if strings.Contains(r.Detail, owner) || r.Outcome == "shadow" && strings.Contains(r.Digest, "secret") {
 			t.Errorf("the audit record holds the owner: %+v", r)
 		}
-		n++
+		outcomes[r.Outcome]++
 	}
-	if n != 3 {
-		t.Fatalf("%d shadow records, want 3 (two queries, one prepare)", n)
+	if outcomes["shadow"] != 3 || outcomes["refused"] != 1 || len(outcomes) != 2 {
+		t.Fatalf("audit outcomes %v, want 3 shadow (two queries, one prepare) and 1 refused (gbk)", outcomes)
 	}
-	t.Logf("2 queries and 1 prepared write ran in shadow mode; %d bytes of general log checked for the owner", len(log))
+	t.Logf("2 queries and 1 prepared write ran in shadow mode, 1 unreadable refused; %d bytes of general log checked for the owner", len(log))
 }
 
 // The Go client: a transaction begun with a fenced context fences every
