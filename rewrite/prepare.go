@@ -138,11 +138,11 @@ func (in *stmtIn) prepareStmt() stmtRes {
 		return stmtRes{stmt: Stmt{Kind: Other}}
 	}
 	src, next, ok, why := in.literalSource(3)
-	if why != "" && e.hasTables() {
+	if why != "" && in.mustReadSource() {
 		return in.refuse("", "PREPARE "+why+"; prepare from a plain string literal")
 	}
 	if !ok || next != len(in.toks) {
-		if !e.hasTables() {
+		if !in.mustReadSource() {
 			return stmtRes{stmt: Stmt{Kind: Prepare, Name: name}, matters: true}
 		}
 		return in.refuse("", "PREPARE from a variable or an expression cannot be checked for writes to protected "+
@@ -159,6 +159,16 @@ func (in *stmtIn) prepareStmt() stmtRes {
 		res.stmt.Fence = inner.stmt.Fence
 	}
 	return res
+}
+
+// mustReadSource reports whether the statement text of a PREPARE or
+// EXECUTE IMMEDIATE that is not a plain string literal is refused: while
+// anything is protected, and for shadow mode's reading (Engine.Shadow)
+// when the statement mentions a fence key, which may be a fence comment
+// in the text the server will log and run.
+func (in *stmtIn) mustReadSource() bool {
+	e := in.pc.e
+	return e.hasTables() || e.strict && hasFenceKey(in.raw())
 }
 
 // innerResult is the verdict on the statement inside a literal.
@@ -227,13 +237,12 @@ func (in *stmtIn) executeStmt() stmtRes {
 // executeImmediate: MariaDB's EXECUTE IMMEDIATE source [USING ...]; the
 // inner statement runs now, so its effect is this statement's.
 func (in *stmtIn) executeImmediate() stmtRes {
-	e := in.pc.e
 	src, next, ok, why := in.literalSource(2)
-	if why != "" && e.hasTables() {
+	if why != "" && in.mustReadSource() {
 		return in.refuse("", "EXECUTE IMMEDIATE "+why+"; use a plain string literal")
 	}
 	if !ok || next != len(in.toks) && !in.kw(next, "using") {
-		if !e.hasTables() {
+		if !in.mustReadSource() {
 			return stmtRes{stmt: Stmt{Kind: Other}}
 		}
 		return in.refuse("", "EXECUTE IMMEDIATE of a variable or an expression cannot be checked for writes to "+
