@@ -25,9 +25,10 @@ package rewrite
 // differently), the decision is Refuse: the text may hold an owner token
 // where the proxy cannot find it, so nothing is sent.
 //
-// Strings stay as written, fence keys in them included: they are data
-// (the text of PREPARE name FROM 'literal' is read as a statement, and
-// its comments are treated as above).
+// Strings stay as written, fence keys in them included: they are data.
+// The text of PREPARE name FROM 'literal' and of EXECUTE IMMEDIATE is
+// read as a statement and its comments treated as above; one from an
+// expression or a variable that mentions a fence key is refused.
 func (e *Engine) Shadow(d Decision, sql []byte, srv Server, sess *Session, prepare bool) Decision {
 	if d.Action != Send && d.Action != Refuse {
 		return d
@@ -35,11 +36,7 @@ func (e *Engine) Shadow(d Decision, sql []byte, srv Server, sess *Session, prepa
 	if !hasFenceKey(sql) {
 		return Decision{Action: Forward, Stmts: d.Stmts}
 	}
-	b := e.bare
-	if b == nil {
-		b = e
-	}
-	r := b.entry(sql, srv, sess, prepare)
+	r := e.bare.entry(sql, srv, sess, prepare)
 	switch r.Action {
 	case Forward:
 		// No comment mentions a fence key (a column fence_token, a
