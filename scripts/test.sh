@@ -6,12 +6,14 @@
 # tidb-server (or uses FENCEPROXY_TEST_TIDB_DSN); this script only makes sure
 # the binaries and promtool exist, installing Debian's mariadb-server,
 # galera-4, rsync, iproute2 (ss, used by the rsync state transfer),
-# mariadb-plugin-connect, mariadb-plugin-spider, prometheus and haproxy when they are missing and building tidb-server
-# (scripts/tidb-server.sh) into its cache, and makes a missing server a
-# failure instead of a skip, and runs every tier (FENCEPROXY_TEST_TIER=all:
-# the tests in unit packages that need a server too; make unit runs the
-# fast tier alone). The randomized Galera race runs for
-# FENCEPROXY_GALERA_RACE per fence shape (30s here, a few seconds by default).
+# mariadb-plugin-connect, mariadb-plugin-spider, prometheus, haproxy,
+# python3-sqlalchemy, python3-pymysql, a JDK and libmariadb-java when they
+# are missing and building tidb-server (scripts/tidb-server.sh) into its
+# cache, and makes a missing server a failure instead of a skip, and runs
+# every tier (FENCEPROXY_TEST_TIER=all: the tests in unit packages that
+# need a server too; make unit runs the fast tier alone). The randomized
+# Galera race runs for FENCEPROXY_GALERA_RACE per fence shape (30s here, a
+# few seconds by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin"
@@ -70,6 +72,29 @@ if ! command -v haproxy >/dev/null && [[ ! -x /usr/sbin/haproxy ]]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy >/dev/null ||
     { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
   if [[ -d /run/systemd/system ]]; then $sudo systemctl disable --now haproxy >/dev/null 2>&1 || true; fi
+fi
+
+# The statement-fence client examples (integration/stmtfence_python_test.go,
+# stmtfence_java_test.go) run with Debian's SQLAlchemy and PyMySQL under
+# /usr/bin/python3 (a pyenv python3 on PATH has neither), and with javac and
+# MariaDB Connector/J; they fail without them under FENCEPROXY_REQUIRE_SERVER.
+# Installed here rather than by the tests, as the other packages: a test
+# running apt-get would need root and dpkg's lock while other test binaries
+# run. Measured (package lists fresh, load average 4): 5.7 s for
+# python3-sqlalchemy, python3-pymysql and python3-greenlet, 1.7 s for
+# libmariadb-java, 3.0 s for all four again after removing them; about
+# 1.8 MB of downloads. A JDK was already installed on the measuring machine;
+# default-jdk-headless downloads about 118 MB (1.7 s there), its unpacking
+# was not measured.
+client_pkgs=()
+/usr/bin/python3 -c 'import sqlalchemy, pymysql' 2>/dev/null || client_pkgs+=(python3-sqlalchemy python3-pymysql)
+command -v javac >/dev/null || client_pkgs+=(default-jdk-headless)
+[[ -r /usr/share/java/mariadb-java-client.jar ]] || client_pkgs+=(libmariadb-java)
+if ((${#client_pkgs[@]})); then
+  echo "test.sh: installing ${client_pkgs[*]} with apt-get (statement-fence client examples)" >&2
+  sudo=""; [[ $(id -u) == 0 ]] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null ||
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null; }
 fi
 
 # The TiDB tests run against a tidb-server built from source and cached
