@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -72,16 +73,28 @@ func toPyLease(l lease.Lease) pyLease {
 	return pyLease{l.Name, hex.EncodeToString([]byte(l.Owner)), l.Token}
 }
 
+// sqlaJob is what the SQLAlchemy driver reports of one job: its raw
+// statements, the rows they changed, those that changed none, their
+// errors, and the outcome of each ORM step.
+type sqlaJob struct {
+	Statements int      `json:"statements"`
+	Rows       int      `json:"rows"`
+	Zero       int      `json:"zero"`
+	Errors     []string `json:"errors"`
+	ORM        []string `json:"orm"`
+}
+
 // TestSQLAlchemyStatementFence runs the documentation's SQLAlchemy example
 // (docs/examples/fence_comment_sqlalchemy.py) through the proxy on MariaDB
 // with Debian's SQLAlchemy and PyMySQL: one engine, a pool of 2 whose
 // sessions all hold job B's valid fence, three jobs of two threads each
 // sending their writes by every path that reaches the cursor (text with and
 // without parameters, exec_driver_sql with and without, no_parameters,
-// executemany). Job A's lease was taken over by job C: every write of A
-// changes 0 rows and is audited under A's lease; every write of B and C
-// lands, and the general log shows each fenced under its own job's lease
-// and token, and no owner.
+// executemany), then through the ORM. Job A's lease was taken over by job
+// C: no write of A changes a row and each is audited stale under A's lease;
+// every write of B and C lands, and the general log shows each fenced under
+// its own job's lease and token, and no owner. Under on_stale zero_rows
+// and error, to show what the ORM makes of a stale write.
 func TestSQLAlchemyStatementFence(t *testing.T) {
 	needDebianTool(t, "SQLAlchemy and PyMySQL for "+debianPython, "python3-sqlalchemy python3-pymysql",
 		exec.Command(debianPython, "-c", "import sqlalchemy, pymysql"))
@@ -93,10 +106,108 @@ func TestSQLAlchemyStatementFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newFencedEnv(t, envOptions{})
+	// Per thread 4 rounds of 6 raw statements changing 7 rows (an
+	// executemany of 2 goes as two INSERTs), then three ORM steps: 48
+	// statements and 56 rows per valid job. A valid job's ORM steps all
+	// succeed.
+	valid := sqlaJob{Statements: 48, Rows: 56, ORM: []string{
+		"insert: ok", "insert: ok", "update existing: ok", "update existing: ok", "update: ok", "update: ok"}}
+	for _, c := range []struct {
+		onStale string
+		stale   sqlaJob // job A's
+		audits  int     // job A's writes rejected
+	}{
+		// A stale INSERT looks done to the ORM (its object gets id 0); a
+		// stale UPDATE of a mapped row raises StaleDataError (0 rows
+		// matched).
+		{"zero_rows", sqlaJob{Statements: 48, Zero: 48, ORM: []string{
+			"insert: ok (id 0)", "insert: ok (id 0)", "update existing: StaleDataError", "update existing: StaleDataError",
+			"update: NoResultFound", "update: NoResultFound"}}, 56 + 4},
+		// Each round stops at its first write, with ERR 1644.
+		{"error", sqlaJob{Errors: make([]string, 8), ORM: []string{
+			"insert: OperationalError", "insert: OperationalError", "update existing: OperationalError", "update existing: OperationalError",
+			"update: NoResultFound", "update: NoResultFound"}}, 8 + 4},
+	} {
+		t.Run(c.onStale, func(t *testing.T) {
+			got, log, e, leases := runSQLAlchemyJobs(t, examples, driver, c.onStale)
+			la, lb, lc := leases[0], leases[1], leases[2]
+			for _, w := range []struct {
+				job  string
+				want sqlaJob
+			}{{"a", c.stale}, {"b", valid}, {"c", valid}} {
+				r := got.Jobs[w.job]
+				sort.Strings(r.ORM)
+				for _, msg := range r.Errors {
+					if c.onStale != "error" || !strings.Contains(msg, "1644") {
+						t.Errorf("job %s: %s", w.job, msg)
+					}
+				}
+				if len(r.Errors) != len(w.want.Errors) {
+					t.Errorf("job %s: %d errors, want %d", w.job, len(r.Errors), len(w.want.Errors))
+				}
+				r.Errors, w.want.Errors = nil, nil
+				if fmt.Sprint(r) != fmt.Sprint(w.want) {
+					t.Errorf("job %s: %+v, want %+v", w.job, r, w.want)
+				}
+			}
+			for _, s := range got.Sessions {
+				if !strings.EqualFold(s, hex.EncodeToString([]byte(lb.Owner))) {
+					t.Errorf("a pooled session's fence owner changed: %s", s)
+				}
+			}
+			// Every row of a valid job went in with amount 1 or 5 and got
+			// four more or went to 5: all at 5. The row every job changed
+			// holds B's or C's amount (98, 99), never A's (97).
+			for _, w := range []struct{ like, want string }{{"a-%", "0 0"}, {"b-%", "26 0"}, {"c-%", "26 0"}} {
+				if got := queryString(t, e.root, "SELECT CONCAT(COUNT(*), ' ', COUNT(NULLIF(amount, 5))) FROM invoices WHERE customer LIKE ?", w.like); got != w.want {
+					t.Errorf("rows %s (count, amount not 5): %s, want %s", w.like, got, w.want)
+				}
+			}
+			if got := queryString(t, e.root, "SELECT amount FROM invoices WHERE customer = 'orm'"); got != "98.00" && got != "99.00" {
+				t.Errorf("the row every job changed holds %s, want B's 98.00 or C's 99.00", got)
+			}
+			// Job A's writes were rejected under its own lease, token and
+			// owner, as stale, never under the session's (B's).
+			stale := 0
+			for _, r := range e.auditRecords(t) {
+				if r.Lease != la.Name || r.PresentedToken == nil || *r.PresentedToken != la.Token || r.PresentedOwner != lease.OwnerHash(la.Owner) {
+					t.Errorf("audit record not under job A's comment: %+v", r)
+					continue
+				}
+				if r.Reason != audit.StaleToken {
+					t.Errorf("reason %s, want %s", r.Reason, audit.StaleToken)
+				}
+				stale++
+			}
+			if stale != c.audits {
+				t.Errorf("%d audit records of job A's stale writes, want %d", stale, c.audits)
+			}
+			// No owner and no fence key reached the server; each write of B
+			// and C reached it fenced by its own job's lease and token (56 raw
+			// and 2 ORM writes each).
+			for _, l := range leases {
+				checkNoOwner(t, "general log", log, l)
+			}
+			if n := checkFencedBy(t, log, map[string]lease.Lease{"'b-": lb, "'c-": lc}); n != 116 {
+				t.Errorf("%d writes of jobs B and C in the general log, want 116", n)
+			}
+		})
+	}
+}
+
+type sqlaOutput struct {
+	Jobs     map[string]sqlaJob `json:"jobs"`
+	Sessions []string           `json:"sessions"`
+}
+
+// runSQLAlchemyJobs sets up the leases (A's taken over by C; owners with
+// bytes that must be percent-encoded: a quote, %, a space, a NUL,
+// non-UTF-8) and runs the driver with the general log on. It returns the
+// driver's report, the general log, the env and the leases A, B and C.
+func runSQLAlchemyJobs(t *testing.T, examples, driver, onStale string) (sqlaOutput, string, *fencedEnv, []lease.Lease) {
+	t.Helper()
+	e := newFencedEnv(t, envOptions{onStale: onStale})
 	ctx := context.Background()
-	// Owners with bytes that must be percent-encoded (a quote, %, a
-	// space, a NUL, non-UTF-8).
 	acquire := func(name, owner string) lease.Lease {
 		l, err := e.store.Acquire(ctx, name, time.Minute, lease.WithOwner(owner))
 		if err != nil {
@@ -113,7 +224,16 @@ func TestSQLAlchemyStatementFence(t *testing.T) {
 	if lc.Token != la.Token+1 {
 		t.Fatalf("takeover token %d after %d", lc.Token, la.Token)
 	}
+	res, err := e.root.ExecContext(ctx, "INSERT INTO invoices (customer, period, amount) VALUES ('orm', '2026-04', 1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ormRow, err := res.LastInsertId()
+	if err != nil {
+		t.Fatal(err)
+	}
 	spec, err := json.Marshal(map[string]any{
+		"orm_row": ormRow,
 		"session": toPyLease(lb),
 		"jobs":    map[string]pyLease{"a": toPyLease(la), "b": toPyLease(lb), "c": toPyLease(lc)},
 	})
@@ -131,75 +251,20 @@ func TestSQLAlchemyStatementFence(t *testing.T) {
 		t.Fatalf("python: %v\n%s%s", err, out, stderr.String())
 	}
 	log := read()
-	type jobResult struct {
-		Statements int      `json:"statements"`
-		Rows       int      `json:"rows"`
-		Zero       int      `json:"zero"`
-		Errors     []string `json:"errors"`
-	}
-	var got struct {
-		Jobs     map[string]jobResult `json:"jobs"`
-		Sessions []string             `json:"sessions"`
-	}
+	var got sqlaOutput
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("driver output %q: %v", out, err)
 	}
-	// Per thread 4 rounds of 6 statements changing 7 rows (an executemany
-	// of 2): 48 statements and 56 rows per job.
-	for _, c := range []struct {
-		job  string
-		want jobResult
-	}{
-		{"a", jobResult{Statements: 48, Rows: 0, Zero: 48}},
-		{"b", jobResult{Statements: 48, Rows: 56, Zero: 0}},
-		{"c", jobResult{Statements: 48, Rows: 56, Zero: 0}},
-	} {
-		r := got.Jobs[c.job]
-		if len(r.Errors) > 0 {
-			t.Errorf("job %s: %d errors, first: %s", c.job, len(r.Errors), r.Errors[0])
-		}
-		r.Errors = nil
-		if fmt.Sprint(r) != fmt.Sprint(c.want) {
-			t.Errorf("job %s: %+v, want %+v", c.job, r, c.want)
-		}
-	}
-	for _, s := range got.Sessions {
-		if !strings.EqualFold(s, hex.EncodeToString([]byte(lb.Owner))) {
-			t.Errorf("a pooled session's fence owner changed: %s", s)
-		}
-	}
-	for _, c := range []struct{ like, want string }{{"a-%", "0 0"}, {"b-%", "24 0"}, {"c-%", "24 0"}} {
-		// Every row of a valid job went in with amount 1 or 5 and got four
-		// more or none: all at 5.
-		if got := queryString(t, e.root, "SELECT CONCAT(COUNT(*), ' ', COUNT(NULLIF(amount, 5))) FROM invoices WHERE customer LIKE ?", c.like); got != c.want {
-			t.Errorf("rows %s (count, amount not 5): %s, want %s", c.like, got, c.want)
-		}
-	}
-	// Job A's writes were rejected under its own lease, token and owner,
-	// as stale, never under the session's (B's).
-	stale := 0
-	for _, r := range e.auditRecords(t) {
-		if r.Lease != la.Name || r.PresentedToken == nil || *r.PresentedToken != la.Token || r.PresentedOwner != lease.OwnerHash(la.Owner) {
-			t.Errorf("audit record not under job A's comment: %+v", r)
-			continue
-		}
-		if r.Reason != audit.StaleToken {
-			t.Errorf("reason %s, want %s", r.Reason, audit.StaleToken)
-		}
-		stale++
-	}
-	// 7 protected writes per round (the executemany is two), 8 rounds.
-	if stale != 56 {
-		t.Errorf("%d audit records of job A's stale writes, want 56", stale)
-	}
-	// Each write of B and C reached the server fenced by its own job's
-	// lease and token, and no owner or fence key did.
-	for _, l := range []lease.Lease{la, lb, lc} {
-		checkNoOwner(t, "general log", log, l)
-	}
-	// An UPDATE carries its fence; an INSERT's is the guard SELECT the
-	// proxy sent just before it on the same connection.
-	fences := map[string]lease.Lease{"'b-": lb, "'c-": lc}
+	return got, log, e, []lease.Lease{la, lb, lc}
+}
+
+// checkFencedBy checks that each write to invoices in the general log
+// whose text holds one of fences' prefixes (a customer literal) was fenced
+// by that lease and token, and returns how many it checked. An UPDATE
+// carries its fence; an INSERT's is the guard SELECT the proxy sent just
+// before it on the same connection.
+func checkFencedBy(t *testing.T, log string, fences map[string]lease.Lease) int {
+	t.Helper()
 	entry := regexp.MustCompile(`(?m)^[^\t]*\t\s*(\d+) Query\t(.*)$`)
 	guard := map[string]string{}
 	writes := 0
@@ -222,11 +287,9 @@ func TestSQLAlchemyStatementFence(t *testing.T) {
 				fence, guard[conn] = guard[conn], ""
 			}
 			if !strings.Contains(fence, fmt.Sprintf("X'%x' COLLATE utf8mb4_bin", l.Name)) || !regexp.MustCompile(fmt.Sprintf(`fence_l\.fence_token = %d\b`, l.Token)).MatchString(fence) {
-				t.Errorf("a write of job %s not fenced by %s token %d: %s (fence: %s)", prefix[1:2], l.Name, l.Token, text, fence)
+				t.Errorf("a write (%s) not fenced by %s token %d: %s (fence: %s)", prefix, l.Name, l.Token, text, fence)
 			}
 		}
 	}
-	if writes != 112 {
-		t.Errorf("%d writes of jobs B and C in the general log, want 112", writes)
-	}
+	return writes
 }

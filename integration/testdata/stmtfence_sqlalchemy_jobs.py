@@ -3,18 +3,21 @@
 # TestSQLAlchemyStatementFence (integration/stmtfence_python_test.go).
 #
 # Usage: python3 stmtfence_sqlalchemy_jobs.py EXAMPLES_DIR host port user password database
-# Stdin: {"session": LEASE, "jobs": {"a": LEASE, ...}}, LEASE = {"name", "owner_hex", "token"}.
+# Stdin: {"session": LEASE, "jobs": {"a": LEASE, ...}, "orm_row": ID},
+# LEASE = {"name", "owner_hex", "token"}, ID an invoices row every job changes.
 # Every pooled connection's session first gets the "session" fence; then each
 # job runs in two threads, each thread under its job's lease, through every
 # execution path that sends a statement (text with parameters, without,
-# exec_driver_sql, no_parameters, executemany). Stdout: per job the
-# statements run, the rows they changed, the statements that changed none
-# and any errors; the pool's sessions' owners (hex) at the end.
+# exec_driver_sql, no_parameters, executemany), then through the ORM's unit
+# of work. Stdout: per job the statements run, the rows they changed, the
+# statements that changed none, any errors and the ORM steps' outcomes; the
+# pool's sessions' owners (hex) at the end.
 import json
 import sys
 import threading
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Column, Integer, Numeric, String, create_engine, text
+from sqlalchemy.orm import Session, declarative_base
 
 sys.path.insert(0, sys.argv[1])
 from fence_comment_sqlalchemy import Fence, fenced, install_fence  # noqa: E402
@@ -22,6 +25,17 @@ from fence_comment_sqlalchemy import Fence, fenced, install_fence  # noqa: E402
 host, port, user, password, database = sys.argv[2:7]
 spec = json.load(sys.stdin)
 POOL = 2
+
+
+Base = declarative_base()
+
+
+class Invoice(Base):
+    __tablename__ = "invoices"
+    id = Column(Integer, primary_key=True)
+    customer = Column(String(40), nullable=False)
+    period = Column(String(7), nullable=False)
+    amount = Column(Numeric(10, 2), nullable=False)
 
 
 def fence(d):
@@ -47,7 +61,7 @@ lock = threading.Lock()
 
 
 def job(name, f, g):
-    out = {"statements": 0, "rows": 0, "zero": 0, "errors": []}
+    out = {"statements": 0, "rows": 0, "zero": 0, "errors": [], "orm": []}
 
     def count(r):
         out["statements"] += 1
@@ -76,11 +90,32 @@ def job(name, f, g):
                         [{"c": cust}, {"c": cust + "m"}]))
             except Exception as e:  # reported, not raised: the test names it
                 out["errors"].append("%s: %s" % (type(e).__name__, e))
+        # The ORM's unit of work: an object added, then changed; and a
+        # change to an existing row (spec["orm_row"], customer "orm").
+        for step in ("insert", "update", "update existing"):
+            try:
+                with Session(engine) as s:
+                    if step == "insert":
+                        obj = Invoice(customer="%s-%d-orm" % (name, g), period="2026-03", amount=1)
+                        s.add(obj)
+                    elif step == "update":
+                        obj = s.query(Invoice).filter_by(customer="%s-%d-orm" % (name, g)).one()
+                        obj.amount = 5
+                    else:
+                        obj = s.get(Invoice, spec["orm_row"])
+                        obj.amount = ord(name[0])  # a: 97, b: 98, ...: whose change stayed
+                    s.flush()
+                    oid = obj.id  # before the commit expires it
+                    s.commit()
+                out["orm"].append("%s: ok%s" % (step, " (id 0)" if oid == 0 else ""))
+            except Exception as e:
+                out["orm"].append("%s: %s" % (step, type(e).__name__))
     with lock:
-        r = results.setdefault(name, {"statements": 0, "rows": 0, "zero": 0, "errors": []})
+        r = results.setdefault(name, {"statements": 0, "rows": 0, "zero": 0, "errors": [], "orm": []})
         for k in ("statements", "rows", "zero"):
             r[k] += out[k]
         r["errors"] += out["errors"]
+        r["orm"] += out["orm"]
 
 
 threads = [threading.Thread(target=job, args=(name, fence(d), g))
