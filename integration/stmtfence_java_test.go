@@ -32,7 +32,7 @@ func TestJavaFenceComment(t *testing.T) {
 	needDebianTool(t, "javac", "default-jdk-headless", exec.Command("javac", "-version"))
 	needDebianTool(t, "MariaDB Connector/J", "libmariadb-java", exec.Command("test", "-r", connectorJ))
 	var srcs []string
-	for _, p := range []string{"../docs/examples/FenceComment.java", "testdata/FenceCommentJdbc.java"} {
+	for _, p := range []string{"../docs/examples/FenceComment.java", "testdata/FenceCommentJdbc.java", "testdata/FenceCommentPrint.java"} {
 		abs, err := filepath.Abs(p)
 		if err != nil {
 			t.Fatal(err)
@@ -45,6 +45,8 @@ func TestJavaFenceComment(t *testing.T) {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
 	t.Logf("javac: %v", time.Since(start).Round(time.Millisecond))
+	// The comment, byte for byte as the Go lease package writes it.
+	checkComments(t, exec.Command("java", "-cp", classes, "FenceCommentPrint"), " ")
 
 	e := newFencedEnv(t, envOptions{})
 	ctx := context.Background()

@@ -73,6 +73,58 @@ func toPyLease(l lease.Lease) pyLease {
 	return pyLease{l.Name, hex.EncodeToString([]byte(l.Owner)), l.Token}
 }
 
+// commentCases are leases whose fence comments the examples must write
+// byte for byte as lease.FenceComment does: every owner byte, non-ASCII
+// and reserved characters in the name, the token's limits.
+func commentCases() []lease.Lease {
+	var all []byte
+	for c := 0; c < 256; c++ {
+		all = append(all, byte(c))
+	}
+	out := []lease.Lease{
+		{Name: "invoice:acme", Owner: "9f2c", Token: 42},
+		{Name: "job/é ü 'x' \"y\" %41+~._-", Owner: "o", Token: 0},
+		{Name: "j", Owner: strings.Repeat("\xff", 64), Token: 1<<64 - 1},
+		{Name: "k", Owner: "+ %", Token: 1 << 63},
+	}
+	for i := 0; i < len(all); i += 64 {
+		out = append(out, lease.Lease{Name: "owner bytes", Owner: string(all[i : i+64]), Token: uint64(i)})
+	}
+	return out
+}
+
+// checkComments runs prog with one "leaseHex ownerHex token" line per case
+// on stdin and compares its lines with lease.FenceComment (and what
+// follows it, sep).
+func checkComments(t *testing.T, prog *exec.Cmd, sep string) {
+	t.Helper()
+	var in strings.Builder
+	cases := commentCases()
+	for _, l := range cases {
+		fmt.Fprintf(&in, "%x %x %d\n", l.Name, l.Owner, l.Token)
+	}
+	prog.Stdin = strings.NewReader(in.String())
+	var stderr bytes.Buffer
+	prog.Stderr = &stderr
+	out, err := prog.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s%s", prog.Path, err, out, stderr.String())
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(got) != len(cases) {
+		t.Fatalf("%d comments for %d leases:\n%s", len(got), len(cases), out)
+	}
+	for i, l := range cases {
+		want := lease.FenceComment(l)
+		if want == "" {
+			t.Fatalf("case %d: lease.FenceComment refuses %q", i, l.Name)
+		}
+		if got[i] != want+sep {
+			t.Errorf("case %d (%q): %q, lease.FenceComment %q", i, l.Name, got[i], want+sep)
+		}
+	}
+}
+
 // sqlaJob is what the SQLAlchemy driver reports of one job: its raw
 // statements, the rows they changed, those that changed none, their
 // errors, and the outcome of each ORM step.
@@ -102,6 +154,13 @@ func TestSQLAlchemyStatementFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkComments(t, exec.Command(debianPython, "-c", `import sys
+sys.path.insert(0, sys.argv[1])
+from fence_comment_sqlalchemy import Fence, fence_comment
+for line in sys.stdin:
+    name, owner, token = line.split()
+    print(fence_comment(Fence(bytes.fromhex(name).decode("utf-8"), bytes.fromhex(owner), int(token))), end="|\n")
+`, examples), " |")
 	driver, err := filepath.Abs("testdata/stmtfence_sqlalchemy_jobs.py")
 	if err != nil {
 		t.Fatal(err)
