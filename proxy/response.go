@@ -85,6 +85,15 @@ func (r *relayer) Ok(payload []byte, n int, ok wire.OKPacket, final bool) error 
 
 func (r *relayer) Err(payload []byte, n int, inSet bool) error {
 	c := r.c
+	if !inSet && r.hook != nil {
+		if e := wire.ParseErr(payload); r.hook.TrapErr(e) {
+			// The write's row-lease trap: the fencing layer answers
+			// (Tracker.Finish), the client never sees this ERR.
+			c.takeBackendPacket(n)
+			r.hook.Result(fencing.Result{IsErr: true, Err: e})
+			return nil
+		}
+	}
 	c.x.lastErr = true
 	if e := wire.ParseErr(payload); e.Code == lease.GuardErrno && e.State == lease.GuardSQLState {
 		c.fence.AuditGuardError(c.p.rt.Load().fenceRT(), r.hook, e)

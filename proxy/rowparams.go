@@ -147,7 +147,7 @@ func (c *clientConn) runRowParams(rt *runtime, ps *preparedStmt, ti int, st rewr
 		return c.fence.Refuse(rt.fenceRT(), c.rowParamsRefusal(ps, ti, why), ps.text)
 	}
 	if f := c.fence.GuardOf(&st); f != nil {
-		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{st}, send, drop)
+		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{st}, nil, send, drop)
 	}
 	if !st.Fence.Targets[ti].RowParams.Pinned() {
 		// An INSERT into a protected table is always guarded (rewrite:

@@ -152,13 +152,17 @@ func (c *clientConn) runQuery(rt *runtime, d rewrite.Decision, payload []byte, i
 			c.p.metrics.stmtForwarded.Inc() // only a statement fence's keys removed
 		}
 		c.consumeCommand(payload, inPlace)
-		if len(d.Stmts) > 1 && (rt.policy.OnStale == policy.OnStaleError && hasWrite(d.Stmts) || c.fence.HasGuarded(d.Stmts)) {
+		// A write with a row-lease trap runs alone too: when it fires the
+		// proxy sends it again without the trap, and the server stops a
+		// packet at the first error.
+		if len(d.Stmts) > 1 && (rt.policy.OnStale == policy.OnStaleError && hasWrite(d.Stmts) || c.fence.HasGuarded(d.Stmts) ||
+			hasTrap(d.Stmts)) {
 			return c.fence.RunOneByOne(rt.fenceRT(), d.SQL, d.Stmts)
 		}
 		if len(d.Stmts) == 1 {
 			if f := c.fence.GuardOf(&d.Stmts[0]); f != nil {
 				sql := d.SQL
-				return c.fence.Guarded(rt.fenceRT(), f, d.Stmts, func() error { return c.sendRewritten(mysql.COM_QUERY, sql) }, nil)
+				return c.fence.Guarded(rt.fenceRT(), f, d.Stmts, sql, func() error { return c.sendRewritten(mysql.COM_QUERY, sql) }, nil)
 			}
 		}
 		if err := c.sendRewritten(mysql.COM_QUERY, d.SQL); err != nil {
@@ -191,7 +195,7 @@ func (c *clientConn) runQuery(rt *runtime, d rewrite.Decision, payload []byte, i
 			return c.fence.RunOneByOne(rt.fenceRT(), sql, d.Stmts)
 		} else if len(d.Stmts) == 1 {
 			if f := c.fence.GuardOf(&d.Stmts[0]); f != nil {
-				return c.fence.Guarded(rt.fenceRT(), f, d.Stmts, func() error { return c.sendOriginal(payload, inPlace) },
+				return c.fence.Guarded(rt.fenceRT(), f, d.Stmts, nil, func() error { return c.sendOriginal(payload, inPlace) },
 					func() error { c.consumeCommand(payload, inPlace); return nil })
 			}
 		}
@@ -200,10 +204,24 @@ func (c *clientConn) runQuery(rt *runtime, d rewrite.Decision, payload []byte, i
 		}
 	}
 	t := fencing.NewTracker(&c.fence, rt.fenceRT(), d.Stmts, len(d.Stmts) == 1)
+	if d.Action == rewrite.Send {
+		t.SetText(d.SQL)
+	}
 	if err := c.relayResults(t); err != nil {
 		return err
 	}
 	return t.Finish()
+}
+
+// hasTrap reports whether a statement is a write with a row-lease trap
+// (rewrite.Fence.Trap).
+func hasTrap(stmts []rewrite.Stmt) bool {
+	for i := range stmts {
+		if f := stmts[i].Fence; stmts[i].Kind == rewrite.Write && f != nil && f.Trap != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // comPrepare handles COM_STMT_PREPARE: the statement is fenced once and the
@@ -484,7 +502,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 // runExecute sends a COM_STMT_EXECUTE of ps, fenced as ps says.
 func (c *clientConn) runExecute(rt *runtime, ps *preparedStmt) error {
 	if f := c.fence.GuardOf(&ps.stmt); f != nil && rt.policy.Mode != policy.ModeShadow {
-		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{ps.stmt}, c.forwardCommand, func() error {
+		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{ps.stmt}, nil, c.forwardCommand, func() error {
 			_, err := c.client.SkipPacket()
 			return err
 		})

@@ -9,6 +9,9 @@
 package rewrite
 
 import (
+	"bytes"
+	"strings"
+
 	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/policy"
@@ -249,6 +252,55 @@ type Fence struct {
 	// rejection, the audit record) uses it, and never the session's fence
 	// variables. Nil: the session's variables.
 	Presented *lease.Presented
+
+	// Trap (an UPDATE or DELETE of a table whose lease is a template,
+	// whose WHERE pins no lease): the per-row condition in the sent text
+	// makes the statement fail, changing nothing, when a row its WHERE
+	// matches belongs to another lease (rowlease.go, rowLeaseTrap). Nil:
+	// no trap.
+	Trap *Trap
+}
+
+// Trap is the per-row condition of a write that fails on a row of another
+// lease, as it stands in the sent text, and the same condition without
+// the trap.
+type Trap struct {
+	Cond  string
+	Plain string
+}
+
+// Untrapped returns text, a statement sent with t, with the plain per-row
+// condition in place of the trapped one: the same write, which changes the
+// rows of the fence's lease and skips the others. The trapped condition is
+// the last one spliced, after the statement's last token; only the
+// client's trailing whitespace and comments follow it, so it is the last
+// occurrence (a trailing comment that repeats it byte for byte makes the
+// result trap again, and the proxy then answers as for on_stale: error).
+func (t *Trap) Untrapped(text []byte) []byte {
+	i := bytes.LastIndex(text, []byte(t.Cond))
+	if i < 0 {
+		return nil
+	}
+	out := make([]byte, 0, len(text)-len(t.Cond)+len(t.Plain))
+	out = append(out, text[:i]...)
+	out = append(out, t.Plain...)
+	return append(out, text[i+len(t.Cond):]...)
+}
+
+// IsTrapError reports whether an error the server answered to a write is
+// the trap of its per-row condition: ER_DATA_OUT_OF_RANGE naming the
+// trap's EXP() with its constant, as each server writes the expression
+// (measured: MariaDB 'exp(72101729 + coalesce(...))'; TiDB
+// 'exp(cast(plus(72101729, coalesce(...)), double BINARY))', and
+// 'exp(7.2101729e+07)' when the WHERE sets the column to a constant,
+// which TiDB then puts in the expression).
+func IsTrapError(code uint16, msg string) bool {
+	if code != trapErrno {
+		return false
+	}
+	m := strings.ToLower(msg)
+	i := strings.Index(m, "exp(")
+	return i >= 0 && strings.Contains(m[i:], trapDigits)
 }
 
 // Target is one protected table a statement writes.

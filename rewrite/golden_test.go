@@ -244,6 +244,9 @@ func renderStmt(s *Stmt, span bool) string {
 		if s.Fence.Rows {
 			b.WriteString(" rows")
 		}
+		if s.Fence.Trap != nil {
+			b.WriteString(" trap")
+		}
 	}
 	if s.Locks != LocksKept {
 		b.WriteString(" locks=" + lockNames[s.Locks])
@@ -391,6 +394,16 @@ func checkInvariants(t *testing.T, e *Engine, c *goldenCase, d Decision) {
 		}
 		if s.Kind == Write && !s.Fence.Guard && !strings.Contains(string(d.SQL[s.Span[0]:s.Span[1]]), "fence_l.fence_token = @") {
 			t.Errorf("case %q: a write's span %v lacks the fence", c.name, s.Span)
+		}
+		if s.Kind == Write && s.Fence.Trap != nil {
+			// The same write without the trap: the plain per-row
+			// condition in its place, and nothing else changed.
+			text := d.SQL[s.Span[0]:s.Span[1]]
+			u := s.Fence.Trap.Untrapped(text)
+			if u == nil || bytes.Contains(u, []byte("EXP("+trapConst)) || !bytes.Contains(u, []byte(s.Fence.Trap.Plain)) ||
+				len(u) != len(text)-len(s.Fence.Trap.Cond)+len(s.Fence.Trap.Plain) {
+				t.Errorf("case %q: the untrapped text is wrong: %s", c.name, u)
+			}
 		}
 	}
 }

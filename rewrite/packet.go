@@ -61,6 +61,10 @@ type stmtIn struct {
 	// presented: the statement's own fence, from its fence comment
 	// (stmtfence.go); nil = the session's fence variables.
 	presented *lease.Presented
+	// noTrap: the write answers with rows (RETURNING, ANALYZE), where an
+	// error may follow rows already relayed: its per-row condition has
+	// no trap (rowLeaseTrap).
+	noTrap bool
 }
 
 // stmtRes is the verdict on one statement.

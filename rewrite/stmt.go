@@ -336,6 +336,7 @@ func (in *stmtIn) withReturning() (stmtRes, bool) {
 	head := *in
 	head.toks = in.toks[:r]
 	head.end = in.toks[r].Start
+	head.noTrap = true
 	n, err := parseOne(head.normText(), in.st.mode)
 	if err != nil {
 		return stmtRes{}, false
@@ -374,6 +375,7 @@ func (in *stmtIn) mariaAnalyze() (stmtRes, bool) {
 	inner := *in
 	inner.toks = in.toks[i:]
 	inner.start = in.toks[i].Start
+	inner.noTrap = true
 	if r, ok := inner.withReturning(); ok {
 		return r, true
 	}

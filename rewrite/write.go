@@ -51,11 +51,11 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement has non-ASCII bytes outside quotes; "+
 			"fenceproxy fences only statements whose unquoted names are ASCII (quote such names with backquotes)")
 	}
-	rowConds, rr := in.rowLease(n, targets)
+	rowConds, trap, rr := in.rowLease(n, targets, explain == nil)
 	if rr != nil {
 		return *rr
 	}
-	fc := &Fence{Targets: targets, Digest: in.digest(), Presented: in.presented}
+	fc := &Fence{Targets: targets, Digest: in.digest(), Presented: in.presented, Trap: trap}
 	var edits []edit
 	_, isInsert := n.(*ast.InsertStmt)
 	tidb := in.st.mode.server.Flavor == TiDB

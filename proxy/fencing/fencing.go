@@ -80,6 +80,10 @@ type Hook interface {
 	// response, which is then held back (the exchange's held packet)
 	// instead of being written.
 	OKPacket(payload []byte, ok wire.OKPacket, final bool) (replace []byte, hold bool)
+	// TrapErr is called for an ERR that ends a statement, before it is
+	// written: true takes it from the client (the statement's per-row
+	// trap fired, and the fencing layer answers in its place).
+	TrapErr(e wire.ErrInfo) bool
 	// Result is called for every result, in order.
 	Result(r Result)
 }

@@ -420,7 +420,12 @@ func (fg *Layer) writeWrapped(rt Runtime, f *rewrite.Fence, v verdict, t *Tracke
 			return err
 		}
 		if !fg.out.Holding() {
-			fg.keepWarnings(kept, 0)
+			if !t.Trapped() {
+				// The ERR the client got is the write's own: so are
+				// the warnings. A trap's ERR is the proxy's business
+				// (Tracker.Finish), not the client's.
+				fg.keepWarnings(kept, 0)
+			}
 			return nil
 		}
 		fg.out.DropHeld()
@@ -695,12 +700,13 @@ func (fg *Layer) rejectGuarded(rt Runtime, f *rewrite.Fence, v verdict) error {
 }
 
 // Guarded runs a packet of one guarded write (see guardedWrite). drop nil:
-// the client's command was consumed already.
-func (fg *Layer) Guarded(rt Runtime, f *rewrite.Fence, stmts []rewrite.Stmt, send, drop func() error) error {
+// the client's command was consumed already. text: the packet's text as
+// sent, when the proxy rewrote it (Tracker.SetText), else nil.
+func (fg *Layer) Guarded(rt Runtime, f *rewrite.Fence, stmts []rewrite.Stmt, text []byte, send, drop func() error) error {
 	if drop == nil {
 		drop = func() error { return nil }
 	}
-	t := NewTracker(fg, rt, stmts, true)
+	t := NewTracker(fg, rt, stmts, true).SetText(text)
 	if err := fg.guardedWrite(rt, f, t, send, drop); err != nil {
 		return err
 	}

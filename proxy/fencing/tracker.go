@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
 	"github.com/fenceproxy/fenceproxy/rewrite"
 )
@@ -19,6 +20,22 @@ type Tracker struct {
 	single bool // the packet holds one statement: its final OK may be held back
 	checks []pendingCheck
 	held   *pendingCheck // the check whose OK is held in the exchange
+	// text: the packet's text as sent (Decision.SQL), whose statements'
+	// Spans it holds; set for writes that may carry a row-lease trap, to
+	// send one again without it (SetText).
+	text []byte
+	// trapped: the write whose row-lease trap fired (its ERR was taken
+	// from the client); retried: this Tracker follows the write sent
+	// again without its trap, which must not be sent a third time.
+	trapped *pendingCheck
+	retried bool
+}
+
+// SetText gives t the packet's text as sent, which holds its statements'
+// Spans: a write whose row-lease trap fires is sent again from it.
+func (t *Tracker) SetText(text []byte) *Tracker {
+	t.text = text
+	return t
 }
 
 type pendingCheck struct {
@@ -88,6 +105,26 @@ func (t *Tracker) patchMore(payload []byte, final bool) []byte {
 	return out
 }
 
+// TrapErr takes the ERR of a write whose row-lease trap fired: a row its
+// WHERE matched belongs to another lease, and the server rolled the
+// statement back. Finish answers for it (Hook).
+func (t *Tracker) TrapErr(e wire.ErrInfo) bool {
+	st := t.current()
+	if st == nil || t.trapped != nil || !t.enforcing() {
+		return false
+	}
+	f := t.fenceOf(st)
+	if f == nil || f.Trap == nil || !rewrite.IsTrapError(e.Code, e.Msg) {
+		return false
+	}
+	t.trapped = &pendingCheck{fence: f, pos: t.pos}
+	return true
+}
+
+// Trapped reports whether the write's row-lease trap fired (TrapErr): the
+// server's response is not the client's, and Finish answers.
+func (t *Tracker) Trapped() bool { return t.trapped != nil }
+
 // Result applies a statement's result to the session and notes a 0-row
 // fenced write whose lease must be checked (Hook).
 func (t *Tracker) Result(r Result) {
@@ -114,6 +151,9 @@ func (t *Tracker) Result(r Result) {
 // the ERR that replaces it, and audits rejected writes.
 func (t *Tracker) Finish() error {
 	fg := t.fg
+	if t.trapped != nil {
+		return t.finishTrapped()
+	}
 	if t.held != nil {
 		v, err := fg.classify(t.rt, t.held.fence, true)
 		if be, ok := err.(*wire.ServerError); ok && be.Code == erConflict {
@@ -231,7 +271,7 @@ func (fg *Layer) RunOneByOne(rt Runtime, sql []byte, stmts []rewrite.Stmt) error
 		fg.out.Statement(i == 0, i < len(stmts)-1)
 		text := sql[st.Span[0]:st.Span[1]]
 		send := func() error { return fg.own.SendStatement(text) }
-		t := NewTracker(fg, rt, stmts[i:i+1], true)
+		t := NewTracker(fg, rt, stmts[i:i+1], true).SetText(sql)
 		if f := fg.GuardOf(&st); f != nil && t.enforcing() {
 			if err := fg.guardedWrite(rt, f, t, send, func() error { return nil }); err != nil {
 				return err
@@ -267,4 +307,70 @@ func (fg *Layer) Shadow(rt Runtime, d, sd rewrite.Decision, sql []byte) rewrite.
 		fg.AuditRefusal(rt, d.Refusal, rewrite.DigestInput(sql), "shadow")
 	}
 	return sd
+}
+
+// finishTrapped answers a write whose row-lease trap fired: a row its
+// WHERE matched belongs to another lease than its fence's, and the
+// server rolled the statement back, so nothing of it took effect. It is a
+// rejection (row_lease_mismatch, audited and counted as any), and
+// on_stale applies: ERR 1644, or, under zero_rows, the write again with
+// the plain per-row condition (Trap.Untrapped), which changes the rows of
+// the fence's lease and leaves the others, as without the trap; its
+// response is the client's. The record names the table and the fence's
+// lease, which the check reads, and no owner: the rows' leases are not
+// read.
+func (t *Tracker) finishTrapped() error {
+	fg := t.fg
+	pc := t.trapped
+	f := pc.fence
+	v, err := fg.classify(t.rt, f, false)
+	if err != nil {
+		if _, ok := err.(*wire.ServerError); !ok {
+			return err
+		}
+		// The check itself failed (a deadlock or lock wait on the lease
+		// table): the write was rolled back all the same.
+		v = verdict{}
+	}
+	if len(f.Targets) > 0 && v.table == "" {
+		v.table = f.Targets[0].Schema + "." + f.Targets[0].Table
+	}
+	if !v.rejected() {
+		v.reason = audit.RowLeaseMismatch
+	}
+	v.presentedOwner = ""
+	var again []byte
+	if t.rt.Policy.OnStale != policy.OnStaleError && !f.Rows && !t.retried && v.reason == audit.RowLeaseMismatch &&
+		pc.pos < len(t.stmts) && t.text != nil {
+		sp := t.stmts[pc.pos].Span
+		if sp[0] >= 0 && sp[1] <= len(t.text) && sp[0] <= sp[1] {
+			again = f.Trap.Untrapped(t.text[sp[0]:sp[1]])
+		}
+	}
+	if again == nil {
+		fg.auditStale(t.rt, f, v, "error")
+		return fg.out.SendError(erSignal, "45000", v.message()+"; the statement was rolled back")
+	}
+	fg.auditStale(t.rt, f, v, "zero_rows")
+	st := t.stmts[pc.pos]
+	st.Span = [2]int{0, len(again)}
+	t2 := NewTracker(fg, t.rt, []rewrite.Stmt{st}, true).SetText(again)
+	t2.retried = true
+	send := func() error { return fg.own.SendStatement(again) }
+	if f.Guard {
+		// The guard's transaction ended with the trapped write (the
+		// proxy's own rolled back; in the client's, the guard's lock
+		// stays): the write goes again behind a guard of its own.
+		if err := fg.guardedWrite(t.rt, f, t2, send, func() error { return nil }); err != nil {
+			return err
+		}
+		return t2.Finish()
+	}
+	if err := send(); err != nil {
+		return err
+	}
+	if err := fg.out.RelayResponse(t2, false); err != nil {
+		return err
+	}
+	return t2.Finish()
 }

@@ -62,6 +62,10 @@ func tokenString(t *uint64) string {
 // reads the latest committed lease row, as the fenced write did.
 func (fg *Layer) classify(rt Runtime, f *rewrite.Fence, locking bool) (verdict, error) {
 	seen := map[string]bool{}
+	// When the fence holds: what the first check read (its lease names
+	// the fence's for a record that is not the check's, such as a
+	// row-lease trap's).
+	var first *verdict
 	for _, tg := range f.Targets {
 		sql := lease.VerdictSQL(leaseSpec(rt.Policy, f, tg), fg.guardEngine(), locking)
 		if seen[sql] {
@@ -89,9 +93,16 @@ func (fg *Layer) classify(rt Runtime, f *rewrite.Fence, locking bool) (verdict, 
 		if !valid {
 			return verdict{}, fg.own.Broken(wire.Malformed("lease check returned %d rows", len(rows)))
 		}
-		if v := verdictOf(lv, tg); v.rejected() {
+		v := verdictOf(lv, tg)
+		if v.rejected() {
 			return v, nil
 		}
+		if first == nil {
+			first = &v
+		}
+	}
+	if first != nil {
+		return *first, nil
 	}
 	return verdict{}, nil
 }
