@@ -196,10 +196,10 @@ func TestRowLeaseWrongLease(t *testing.T) {
 		if got := e.invoiceRows(t); got != seeded {
 			t.Fatalf("beta's rows changed under acme's fence: %s", got)
 		}
-		// One per INSERT/REPLACE, and the UPDATE whose WHERE names beta's
-		// customer; the DELETE of row 4 by its id alone is not audited.
-		if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 7 {
-			t.Fatalf("%d row_lease_mismatch records, want 7", n)
+		// One per INSERT/REPLACE, the UPDATE whose WHERE names beta's
+		// customer, and the DELETE of row 4 by its id alone (its trap).
+		if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 8 {
+			t.Fatalf("%d row_lease_mismatch records, want 8", n)
 		}
 		for _, r := range e.auditRecords(t) {
 			if r.Reason == audit.RowLeaseMismatch && (r.Lease != "invoice:acme" || r.Table != e.db+".invoice_rows") {
@@ -267,14 +267,17 @@ func TestRowLeaseLostAndTookAnother(t *testing.T) {
 		mustAffect(t, c, 0, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (9, 'acme', 99)")
 		mustAffect(t, c, 0, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (2, 'acme', 99) ON DUPLICATE KEY UPDATE amount = 99")
 		mustAffect(t, c, 0, "REPLACE INTO invoice_rows (id, customer_id, amount) VALUES (2, 'acme', 99)")
-		// Its beta writes go through.
+		// Its beta writes go through (on_stale: zero_rows: the UPDATE of
+		// every row meets acme's rows, is audited, and changes beta's).
 		mustAffect(t, c, 2, "UPDATE invoice_rows SET amount = amount + 1")
 		if got, want := e.invoiceRows(t), "1:acme:11 2:acme:20 3:beta:31 4:beta:41"; got != want {
 			t.Fatalf("rows: %s, want %s", got, want)
 		}
+		// Under the beta fence: the 4 pinned or INSERT writes of acme's
+		// rows, and the 3 unpinned UPDATEs and DELETE that met them.
 		recs := e.auditRecords(t)
-		if countReason(recs, audit.StaleToken) == 0 || countReason(recs, audit.RowLeaseMismatch) != 4 {
-			t.Fatalf("audit: %d stale_token, %d row_lease_mismatch records; want some and 4", countReason(recs, audit.StaleToken),
+		if countReason(recs, audit.StaleToken) == 0 || countReason(recs, audit.RowLeaseMismatch) != 7 {
+			t.Fatalf("audit: %d stale_token, %d row_lease_mismatch records; want some and 7", countReason(recs, audit.StaleToken),
 				countReason(recs, audit.RowLeaseMismatch))
 		}
 		// The new acme holder writes acme's rows.
@@ -551,8 +554,19 @@ func TestRowLeaseStatementFence(t *testing.T) {
 		if got, want := e.invoiceRows(t), "1:acme:11 2:acme:21 3:beta:31 4:beta:41 5:acme:50"; got != want {
 			t.Fatalf("rows: %s, want %s", got, want)
 		}
-		if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 2 {
-			t.Fatalf("%d row_lease_mismatch records, want 2 (the DELETE aimed at beta, the INSERT of beta's row)", n)
+		// The DELETE aimed at beta, the INSERT of beta's row, and the three
+		// UPDATEs without a pin, each of which met rows of the other lease
+		// (its trap): under the comment's lease, twice, then the session's.
+		recs := e.auditRecords(t)
+		var leases []string
+		for _, r := range recs {
+			if r.Reason == audit.RowLeaseMismatch {
+				leases = append(leases, r.Lease)
+			}
+		}
+		if got, want := strings.Join(leases, " "),
+			"invoice:acme invoice:acme invoice:acme invoice:acme invoice:beta"; got != want {
+			t.Fatalf("row_lease_mismatch records under %s, want %s", got, want)
 		}
 	})
 }
