@@ -80,5 +80,27 @@ func TestRowLeaseCost(t *testing.T) {
 		session := p50("UPDATE invoices SET amount = ? WHERE id = 1")
 		row := p50("UPDATE invoice_rows SET amount = ? WHERE customer_id = 'acme' AND id = 1")
 		t.Logf("%s: p50 single-row UPDATE, session lease %v, lease template %v", eng, session, row)
+		// The same unpinned UPDATE in the text protocol with the plain
+		// per-row condition (a comment inside the WHERE keeps the trap
+		// out) and with the row-lease trap, interleaved so that both see
+		// the same load.
+		var pinned, trapped []time.Duration
+		for i := 0; i < 200; i++ {
+			for j, q := range []string{"UPDATE invoice_rows SET amount = amount + 1 WHERE id = /* plain */ 1",
+				"UPDATE invoice_rows SET amount = amount + 1 WHERE id = 1"} {
+				start := time.Now()
+				mustAffect(t, c, 1, q)
+				if j == 0 {
+					pinned = append(pinned, time.Since(start))
+				} else {
+					trapped = append(trapped, time.Since(start))
+				}
+			}
+		}
+		med := func(ds []time.Duration) time.Duration {
+			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+			return ds[len(ds)/2]
+		}
+		t.Logf("%s: p50 single-row unpinned text UPDATE, plain %v, with the trap %v", eng, med(pinned), med(trapped))
 	})
 }
