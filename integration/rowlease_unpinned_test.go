@@ -232,3 +232,41 @@ func afterWrite(t *testing.T, c *sql.Conn, q string) string {
 	}
 	return strings.Join(o.Rows[0], " ")
 }
+
+// TestRowLeaseUnpinnedMultiStatement: a packet of several statements with
+// a write whose trap fires runs one statement at a time: under zero_rows
+// the write is sent again without its trap and the packet goes on; under
+// error the packet ends with ERR 1644 where the write stood, and the
+// statements after it never run.
+func TestRowLeaseUnpinnedMultiStatement(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		for _, onStale := range []string{"zero_rows", "error"} {
+			t.Run(onStale, func(t *testing.T) {
+				e := rowLeaseEnv(t, eng, onStale)
+				acme := e.acquire(t, "invoice:acme", time.Minute)
+				c := e.session(t, "multiStatements=true")
+				setFence(t, c, acme)
+				_, err := c.ExecContext(context.Background(), "UPDATE invoice_rows SET amount = amount + 1 WHERE id IN (1, 3); "+
+					"UPDATE invoice_rows SET amount = amount + 5 WHERE id = 2")
+				want := "1:acme:11 2:acme:25 3:beta:30 4:beta:40"
+				if onStale == "error" {
+					var me *mysql.MySQLError
+					if !errors.As(err, &me) || me.Number != 1644 {
+						t.Fatalf("packet: %v, want ERR 1644", err)
+					}
+					want = seeded
+				} else if err != nil {
+					t.Fatalf("packet: %v", err)
+				}
+				if got := e.invoiceRows(t); got != want {
+					t.Fatalf("rows %s, want %s", got, want)
+				}
+				if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 1 {
+					t.Fatalf("%d row_lease_mismatch records, want 1", n)
+				}
+				// The session goes on.
+				mustAffect(t, c, 1, "UPDATE invoice_rows SET amount = 7 WHERE id = 1")
+			})
+		}
+	})
+}
