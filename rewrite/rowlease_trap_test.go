@@ -1,0 +1,50 @@
+package rewrite
+
+import "testing"
+
+// TestIsTrapError: the trap's ERR as each server words it (measured), and
+// errors that are not it.
+func TestIsTrapError(t *testing.T) {
+	cases := []struct {
+		name string
+		code uint16
+		msg  string
+		want bool
+	}{
+		{"mariadb", 1690, "DOUBLE value is out of range in 'exp(72101729 + coalesce(0 * char_length(`app`.`invoice_rows`.`customer_id`),0))'", true},
+		{"mariadb ansi quotes", 1690, `DOUBLE value is out of range in 'exp(72101729 + coalesce(0 * char_length("app"."invoice_rows"."customer_id"),0))'`, true},
+		{"tidb", 1690, "DOUBLE value is out of range in 'exp(cast(plus(72101729, coalesce(mul(0, char_length(app.invoice_rows.customer_id)), 0)), double BINARY))'", true},
+		{"tidb column set to a constant", 1690, "DOUBLE value is out of range in 'exp(7.2101729e+07)'", true},
+		{"the client's own exp", 1690, "DOUBLE value is out of range in 'exp(`amount`)'", false},
+		{"another overflow", 1690, "BIGINT value is out of range in '`amount` * 2101729'", false},
+		{"another code", 1644, "exp(72101729 + 1)", false},
+	}
+	for _, c := range cases {
+		if got := IsTrapError(c.code, c.msg); got != c.want {
+			t.Errorf("%s: IsTrapError = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestTrapUntrapped: the trapped condition is replaced by the plain one at
+// its last occurrence, whatever the statement holds before it; a text
+// without it has no untrapped form.
+func TestTrapUntrapped(t *testing.T) {
+	tr := &Trap{Cond: "((L) OR ((id = 4) AND EXP(72101729 + 0) < 0))", Plain: "(L)"}
+	cases := []struct {
+		name, in, want string
+	}{
+		{"plain", "UPDATE t SET a = 1 WHERE (id = 4) AND F AND ((L) OR ((id = 4) AND EXP(72101729 + 0) < 0))",
+			"UPDATE t SET a = 1 WHERE (id = 4) AND F AND (L)"},
+		{"a trailing comment", "DELETE FROM t WHERE (id = 4) AND ((L) OR ((id = 4) AND EXP(72101729 + 0) < 0)) -- x",
+			"DELETE FROM t WHERE (id = 4) AND (L) -- x"},
+		{"a string repeating it before", "UPDATE t SET a = '((L) OR ((id = 4) AND EXP(72101729 + 0) < 0))' WHERE (id = 4) AND ((L) OR ((id = 4) AND EXP(72101729 + 0) < 0))",
+			"UPDATE t SET a = '((L) OR ((id = 4) AND EXP(72101729 + 0) < 0))' WHERE (id = 4) AND (L)"},
+		{"none", "UPDATE t SET a = 1 WHERE (id = 4) AND (L)", ""},
+	}
+	for _, c := range cases {
+		if got := string(tr.Untrapped([]byte(c.in))); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
