@@ -323,13 +323,24 @@ func (t *Tracker) finishTrapped() error {
 	fg := t.fg
 	pc := t.trapped
 	f := pc.fence
-	v, err := fg.classify(t.rt, f, false)
+	// A locking read, as the other checks after a write: in the client's
+	// transaction a plain one would start its snapshot (REPEATABLE READ)
+	// at the proxy's read; the fence or guard locked the row already.
+	v, err := fg.classify(t.rt, f, true)
+	if be, ok := err.(*wire.ServerError); ok && be.Code == erConflict {
+		// The check was a deadlock's victim: the transaction was rolled
+		// back, and the client must hear so.
+		if err := fg.auditConflict(t.rt, f, verdict{}, be.Code); err != nil {
+			return err
+		}
+		return fg.out.SendError(be.Code, be.State, be.Msg)
+	}
 	if err != nil {
 		if _, ok := err.(*wire.ServerError); !ok {
 			return err
 		}
-		// The check itself failed (a deadlock or lock wait on the lease
-		// table): the write was rolled back all the same.
+		// The check timed out waiting for the lease row: the write was
+		// rolled back all the same; the record names no lease.
 		v = verdict{}
 	}
 	if len(f.Targets) > 0 && v.table == "" {
