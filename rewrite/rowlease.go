@@ -175,7 +175,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 					"another lease; move a row by deleting it under its lease and inserting it under the new one")
 			}
 		}
-		return in.updateDeleteCond(x, x.Where, x.Order != nil || x.Limit != nil, "update", &targets[tpls[0]], leaseSQL, trapOK)
+		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "update", &targets[tpls[0]], leaseSQL, trapOK)
 	case *ast.DeleteStmt:
 		if x.TableRefs == nil || x.TableRefs.TableRefs == nil || x.IsMultiTable ||
 			len(in.collectRefs(x.TableRefs.TableRefs, cteNames(x.With), nil)) != 1 {
@@ -184,7 +184,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 		if !in.directRef(x.TableRefs.TableRefs, first) {
 			return refuse("this DELETE writes it through a view, trigger or foreign key; write the table itself")
 		}
-		return in.updateDeleteCond(x, x.Where, x.Order != nil || x.Limit != nil, "delete", &targets[tpls[0]], leaseSQL, trapOK)
+		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "delete", &targets[tpls[0]], leaseSQL, trapOK)
 	case *ast.InsertStmt:
 		if x.Table == nil || x.Table.TableRefs == nil || !in.directRef(x.Table.TableRefs, first) {
 			return refuse("this statement writes it through a view, trigger or foreign key; write the table itself")
@@ -202,14 +202,14 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 // updateDeleteCond is the per-row condition of an UPDATE or DELETE of
 // template table t: with a trap when its WHERE pins no lease and it can
 // carry one (trapOK and rowLeaseTrap).
-func (in *stmtIn) updateDeleteCond(n ast.StmtNode, where ast.ExprNode, ordered bool, kw string, t *Target, leaseSQL string,
+func (in *stmtIn) updateDeleteCond(n ast.StmtNode, where ast.ExprNode, ordered, limited bool, kw string, t *Target, leaseSQL string,
 	trapOK bool) ([]string, *Trap, *stmtRes) {
 	t.RowLease, t.RowParams = in.pinnedLease(n, where, t.Template)
 	cond := rowLeaseCond(t.Template, leaseSQL)
 	if !trapOK || t.RowLease != "" || t.RowParams != nil {
 		return []string{cond}, nil, nil
 	}
-	trap := in.rowLeaseTrap(where, ordered, t.Template, cond, kw)
+	trap := in.rowLeaseTrap(where, ordered, limited, t.Template, cond, kw)
 	if trap == nil {
 		return []string{cond}, nil, nil
 	}
@@ -720,11 +720,19 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //     subquery, placeholder, variable assignment, or function outside a
 //     list of deterministic built-ins; and its text has no comment, so
 //     the copy is read as the original (checked by parsing it);
-//   - no ORDER BY or LIMIT: with LIMIT the rows the client's statement
-//     would have changed are the first n in order, and the server reads
-//     further (a filesort reads every row of the WHERE first: measured,
-//     891 rows of other leases read for LIMIT 3), so the trap would fire
-//     for rows the statement would never have reached;
+//   - LIMIT only without ORDER BY and on MariaDB: the rows the client's
+//     statement would have changed are then the first n the WHERE matches
+//     in the order the server reads, and MariaDB reads one row at a time
+//     and stops at the n-th row of the lease, so the trap fires exactly
+//     when a row of another lease comes before it (measured: LIMIT 99 and
+//     100 over 100 rows of the lease on a secondary index did not fire,
+//     LIMIT 101 did; 7 more statements agreed). With ORDER BY a filesort
+//     reads every row of the WHERE first (891 rows of other leases read
+//     for LIMIT 3), and TiDB filters a chunk of rows above its LIMIT, so
+//     the trap would fire for rows the statement would never have
+//     reached. ORDER BY without LIMIT changes every row of the WHERE, and
+//     the trap is exact (measured, 5 statements on each server);
+//   - MariaDB (and Galera) or TiDB, where it was measured;
 //   - a statement of the client's text (COM_QUERY), not prepared nor inside
 //     a compound statement, EXPLAIN, ANALYZE or RETURNING: the proxy must
 //     be able to send it again without the trap, and to answer an error
@@ -745,8 +753,10 @@ const (
 // rowLeaseTrap returns the per-row condition plain (rowLeaseCond's) with
 // the trap for the WHERE where, or nil when the statement cannot carry
 // one. kw is the statement's first keyword (update or delete).
-func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered bool, tpl *policy.Template, plain, kw string) *Trap {
-	if ordered || in.pc.prepare || in.pc.depth > 0 || in.inBlock || in.whole || in.noTrap {
+func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *policy.Template, plain, kw string) *Trap {
+	flavor := in.st.mode.server.Flavor
+	if flavor != MariaDB && flavor != TiDB || limited && (ordered || flavor == TiDB) ||
+		in.pc.prepare || in.pc.depth > 0 || in.inBlock || in.whole || in.noTrap {
 		return nil
 	}
 	col := ""
@@ -785,9 +795,9 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered bool, tpl *policy.Tem
 }
 
 // whereText returns the text of the statement's top-level WHERE
-// condition, which runs to its last token (no ORDER BY or LIMIT), when
-// only spaces separate its tokens (no comment, whose reading the copy
-// could change) and it holds no placeholder.
+// condition, which runs to ORDER BY, LIMIT or the last token, when only
+// spaces separate its tokens (no comment, whose reading the copy could
+// change) and it holds no placeholder.
 func (in *stmtIn) whereText(kw string) (string, bool) {
 	d := in.depths()
 	k := in.firstKw(d, 0, kw)
@@ -800,8 +810,17 @@ func (in *stmtIn) whereText(kw string) (string, bool) {
 		}
 	}
 	w := in.firstKw(d, k+1, "where")
+	if w < 0 {
+		return "", false
+	}
 	last := len(in.toks) - 1
-	if w < 0 || w >= last {
+	for i := w + 1; i < len(in.toks); i++ {
+		if d[i] == 0 && (in.kw(i, "order") && in.kw(i+1, "by") || in.kw(i, "limit")) {
+			last = i - 1
+			break
+		}
+	}
+	if w >= last {
 		return "", false
 	}
 	src := in.pc.src
