@@ -728,9 +728,11 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //     100 over 100 rows of the lease on a secondary index did not fire,
 //     LIMIT 101 did; 7 more statements agreed). With ORDER BY a filesort
 //     reads every row of the WHERE first (891 rows of other leases read
-//     for LIMIT 3), and TiDB filters a chunk of rows above its LIMIT, so
-//     the trap would fire for rows the statement would never have
-//     reached. ORDER BY without LIMIT changes every row of the WHERE, and
+//     for LIMIT 3), so the trap would fire for rows the statement would
+//     never have reached; TiDB's index lookups read table rows in no fixed
+//     order (keep order:false: LIMIT 50 over a range whose first 100
+//     index entries were the lease's fired), so the n rows a LIMIT reaches
+//     there are no fixed ones. ORDER BY without LIMIT changes every row of the WHERE, and
 //     the trap is exact (measured, 5 statements on each server);
 //   - MariaDB (and Galera) or TiDB, where it was measured;
 //   - a statement of the client's text (COM_QUERY), not prepared nor inside
