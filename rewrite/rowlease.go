@@ -719,7 +719,8 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //   - the WHERE is deterministic and free of side effects (trapSafe): no
 //     subquery, placeholder, variable assignment, or function outside a
 //     list of deterministic built-ins; and its text has no comment, so
-//     the copy is read as the original (checked by parsing it);
+//     the copy is read as the original (checked by parsing it), and at
+//     most 64 KiB (maxTrapWhere);
 //   - LIMIT only without ORDER BY and on MariaDB: the rows the client's
 //     statement would have changed are then the first n the WHERE matches
 //     in the order the server reads, and MariaDB reads one row at a time
@@ -744,6 +745,11 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 
 // trapConst is the EXP argument's constant: the needle by which the proxy
 // tells the trap's error from any other (IsTrapError).
+// maxTrapWhere: a longer WHERE (an IN list of thousands of keys) is not
+// repeated: the statement the server parses would double, and could pass
+// max_allowed_packet where the client's did not.
+const maxTrapWhere = 64 << 10
+
 // trapDigits are its digits as both servers print it, whole or as a
 // double (7.2101729e+07).
 const (
@@ -781,7 +787,7 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 		return nil
 	}
 	copyText, ok := in.whereText(kw)
-	if !ok {
+	if !ok || len(copyText) > maxTrapWhere {
 		return nil
 	}
 	// The copy must read as the WHERE did.

@@ -48,3 +48,29 @@ func TestTrapUntrapped(t *testing.T) {
 		}
 	}
 }
+
+// TestTrapWhereSize: a WHERE up to 64 KiB is repeated next to the trap; a
+// longer one (an IN list of many keys) keeps the plain condition.
+func TestTrapWhereSize(t *testing.T) {
+	e := New(testPolicy(t), Options{CacheEntries: -1, ShapeEntries: -1})
+	inList := func(n int) string {
+		b := []byte("DELETE FROM invoice_rows WHERE id IN (1")
+		for i := 1; i < n; i++ {
+			b = append(b, ", 100000"...)
+		}
+		return string(append(b, ')'))
+	}
+	for _, c := range []struct {
+		name string
+		keys int
+		trap bool
+	}{{"small", 10, true}, {"just under", 8000, true}, {"over 64 KiB", 9000, false}} {
+		d := decide(e, []byte(inList(c.keys)), maria, Session{Schema: "app", ANSIQuotes: Off, NoBackslashEscapes: Off}, false)
+		if d.Action != Send || len(d.Stmts) != 1 || d.Stmts[0].Fence == nil {
+			t.Fatalf("%s: %+v", c.name, d)
+		}
+		if got := d.Stmts[0].Fence.Trap != nil; got != c.trap {
+			t.Errorf("%s (%d keys): trap %v, want %v", c.name, c.keys, got, c.trap)
+		}
+	}
+}
