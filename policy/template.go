@@ -87,6 +87,11 @@ type TemplateColumn struct {
 type TemplateSchema struct {
 	Columns     []TemplateColumn
 	KeysCovered bool
+	// Transactional: the table's engine is InnoDB (every TiDB table
+	// reads so), so a statement that fails changes none of its rows. The
+	// rewriter's row-lease trap needs it: an error on a MyISAM or Aria
+	// table keeps the rows changed before it.
+	Transactional bool
 }
 
 // Column returns the checked column name, if any.

@@ -113,6 +113,13 @@ func checkTemplate(ctx context.Context, db *sql.DB, cfg *policy.Config, i int, o
 		return nil, err
 	}
 	schema.KeysCovered = covered && exact
+	var engine sql.NullString
+	err = db.QueryRowContext(ctx, "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+		o.schema, o.name).Scan(&engine)
+	if err != nil && err != sql.ErrNoRows {
+		return nil, fmt.Errorf("reading information_schema.TABLES: %w", err)
+	}
+	schema.Transactional = strings.EqualFold(engine.String, "InnoDB")
 	t.Template.SetSchema(schema)
 	return nil, nil
 }

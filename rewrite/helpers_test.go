@@ -24,16 +24,16 @@ func testPolicy(t testing.TB) *policy.Policy {
 	}
 	// What the start-up check would find (proxy.CheckSchema): invoice_rows
 	// and order_rows have unique keys holding their template columns with
-	// a binary collation; loose_rows does not; unchecked_rows was never
-	// checked.
+	// a binary collation, and are InnoDB tables; loose_rows has neither;
+	// unchecked_rows was never checked.
 	for i := range p.Tables {
 		tb := &p.Tables[i]
 		switch tb.Table {
 		case "invoice_rows":
-			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Columns: []policy.TemplateColumn{
+			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Transactional: true, Columns: []policy.TemplateColumn{
 				{Name: "customer_id", Kind: policy.KindString, Length: 16}}})
 		case "order_rows":
-			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Columns: []policy.TemplateColumn{
+			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Transactional: true, Columns: []policy.TemplateColumn{
 				{Name: "region", Kind: policy.KindString, Length: 4, Padded: true},
 				{Name: "cust_no", Kind: policy.KindInteger, Unsigned: true, UMax: 65535}}})
 		case "loose_rows":

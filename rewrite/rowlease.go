@@ -735,7 +735,9 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //     index entries were the lease's fired), so the n rows a LIMIT reaches
 //     there are no fixed ones. ORDER BY without LIMIT changes every row of the WHERE, and
 //     the trap is exact (measured, 5 statements on each server);
-//   - MariaDB (and Galera) or TiDB, where it was measured;
+//   - MariaDB (and Galera) or TiDB, where it was measured, and an InnoDB
+//     table (TemplateSchema.Transactional: the start-up check read its
+//     engine), whose failed statement leaves no row changed;
 //   - a statement of the client's text (COM_QUERY), not prepared nor inside
 //     a compound statement, EXPLAIN, ANALYZE or RETURNING: the proxy must
 //     be able to send it again without the trap, and to answer an error
@@ -765,6 +767,11 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 	flavor := in.st.mode.server.Flavor
 	if flavor != MariaDB && flavor != TiDB || limited && (ordered || flavor == TiDB) ||
 		in.pc.prepare || in.pc.depth > 0 || in.inBlock || in.whole || in.noTrap {
+		return nil
+	}
+	if sch := tpl.Schema(); sch == nil || !sch.Transactional {
+		// The rows changed before the error would stay, and the write
+		// sent again under zero_rows would change them twice.
 		return nil
 	}
 	col := ""
