@@ -711,9 +711,11 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 // the statement. A counter in the same place (`(@n := @n + 1) IS NULL`)
 // was measured first: without a column MariaDB counted 2 in each of 22
 // statements, whatever the rows; with one (`@n + 1 + COALESCE(0 *
-// CHAR_LENGTH(col), 0)`) it counted exactly, but reading it takes a
-// statement after the write, which sets ROW_COUNT() to -1 and FOUND_ROWS()
-// to 1 on every write, the valid ones too. The trap needs no read.
+// CHAR_LENGTH(col), 0)`) it counted exactly on both servers, but a TiDB
+// pessimistic statement retried after a lock wait counted every row twice
+// (256 for 128), and reading it takes a statement after the write, which
+// sets ROW_COUNT() to -1 and FOUND_ROWS() to 1 on every write, the valid
+// ones too. The trap needs no read and counts nothing.
 //
 // Only where the repeat is exact and the error can be answered:
 //   - the WHERE is deterministic and free of side effects (trapSafe): no
@@ -733,8 +735,9 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //     never have reached; TiDB's index lookups read table rows in no fixed
 //     order (keep order:false: LIMIT 50 over a range whose first 100
 //     index entries were the lease's fired), so the n rows a LIMIT reaches
-//     there are no fixed ones. ORDER BY without LIMIT changes every row of the WHERE, and
-//     the trap is exact (measured, 5 statements on each server);
+//     there are no fixed ones. ORDER BY without LIMIT changes every row
+//     of the WHERE, and the trap is exact (measured, 5 statements on each
+//     server);
 //   - MariaDB (and Galera) or TiDB, where it was measured, and an InnoDB
 //     table (TemplateSchema.Transactional: the start-up check read its
 //     engine), whose failed statement leaves no row changed;
@@ -745,15 +748,14 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //
 // Elsewhere the per-row condition is plain, as before.
 
-// trapConst is the EXP argument's constant: the needle by which the proxy
-// tells the trap's error from any other (IsTrapError).
 // maxTrapWhere: a longer WHERE (an IN list of thousands of keys) is not
 // repeated: the statement the server parses would double, and could pass
 // max_allowed_packet where the client's did not.
 const maxTrapWhere = 64 << 10
 
-// trapDigits are its digits as both servers print it, whole or as a
-// double (7.2101729e+07).
+// trapConst is the EXP argument's constant: the needle by which the proxy
+// tells the trap's error from any other (IsTrapError). trapDigits are its
+// digits as both servers print it, whole or as a double (7.2101729e+07).
 const (
 	trapConst  = "72101729"
 	trapDigits = "2101729"
