@@ -175,7 +175,12 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 					"another lease; move a row by deleting it under its lease and inserting it under the new one")
 			}
 		}
-		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "update", &targets[tpls[0]], leaseSQL, trapOK)
+		// Under zero_rows a trapped write is sent again: what it sets and
+		// how it orders must be free of effects that outlive the rollback
+		// of the first (a variable assigned, LAST_INSERT_ID(expr),
+		// NEXTVAL, a stored function).
+		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "update", &targets[tpls[0]], leaseSQL,
+			trapOK && rerunSafe(x.List, x.Order))
 	case *ast.DeleteStmt:
 		if x.TableRefs == nil || x.TableRefs.TableRefs == nil || x.IsMultiTable ||
 			len(in.collectRefs(x.TableRefs.TableRefs, cteNames(x.With), nil)) != 1 {
@@ -184,7 +189,8 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 		if !in.directRef(x.TableRefs.TableRefs, first) {
 			return refuse("this DELETE writes it through a view, trigger or foreign key; write the table itself")
 		}
-		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "delete", &targets[tpls[0]], leaseSQL, trapOK)
+		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "delete", &targets[tpls[0]], leaseSQL,
+			trapOK && rerunSafe(nil, x.Order))
 	case *ast.InsertStmt:
 		if x.Table == nil || x.Table.TableRefs == nil || !in.directRef(x.Table.TableRefs, first) {
 			return refuse("this statement writes it through a view, trigger or foreign key; write the table itself")
@@ -881,6 +887,25 @@ func (v *trapSafe) Enter(n ast.Node) (ast.Node, bool) {
 }
 
 func (v *trapSafe) Leave(n ast.Node) (ast.Node, bool) { return n, !v.bad }
+
+// rerunSafe: an UPDATE's assignments and a statement's ORDER BY read as
+// trapSafe (DEFAULT allowed as a value), so that running the statement a
+// second time after a trapped first run leaves nothing of the first.
+func rerunSafe(set []*ast.Assignment, order *ast.OrderByClause) bool {
+	var v trapSafe
+	for _, a := range set {
+		if _, ok := a.Expr.(*ast.DefaultExpr); ok {
+			continue
+		}
+		a.Expr.Accept(&v)
+	}
+	if order != nil {
+		for _, it := range order.Items {
+			it.Expr.Accept(&v)
+		}
+	}
+	return !v.bad
+}
 
 // trapFuncs are built-ins whose value follows from their arguments (NOW()
 // and its kind are the statement's start on MariaDB and TiDB), with no

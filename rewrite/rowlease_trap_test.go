@@ -74,3 +74,42 @@ func TestTrapWhereSize(t *testing.T) {
 		}
 	}
 }
+
+// TestTrapOnlyWhenRerunLeavesNothing: under zero_rows a trapped write is
+// sent again, so a statement whose SET or ORDER BY has an effect beyond
+// its rows (a variable assigned, LAST_INSERT_ID(expr), NEXTVAL, a stored
+// function, a subquery) keeps the plain condition.
+func TestTrapOnlyWhenRerunLeavesNothing(t *testing.T) {
+	e := New(testPolicy(t), Options{CacheEntries: -1, ShapeEntries: -1})
+	for _, c := range []struct {
+		name, sql string
+		trap      bool
+	}{
+		{"plain SET", "UPDATE invoice_rows SET amount = amount + 1 WHERE id = 4", true},
+		{"SET from a built-in", "UPDATE invoice_rows SET note = CONCAT(note, 'x'), paid_at = NOW() WHERE id = 4", true},
+		{"SET DEFAULT", "UPDATE invoice_rows SET note = DEFAULT WHERE id = 4", true},
+		{"SET reads a variable", "UPDATE invoice_rows SET amount = @a WHERE id = 4", true},
+		{"SET assigns a variable", "UPDATE invoice_rows SET amount = (@a := @a + 1) WHERE id = 4", false},
+		{"SET LAST_INSERT_ID(expr)", "UPDATE invoice_rows SET amount = LAST_INSERT_ID(amount + 1) WHERE id = 4", false},
+		{"SET NEXTVAL", "UPDATE invoice_rows SET amount = NEXTVAL(s) WHERE id = 4", false},
+		{"SET a stored function", "UPDATE invoice_rows SET amount = app.f(amount) WHERE id = 4", false},
+		{"SET a subquery", "UPDATE invoice_rows SET amount = (SELECT 1) WHERE id = 4", false},
+		{"SET RAND()", "UPDATE invoice_rows SET amount = RAND() WHERE id = 4", false},
+		{"DELETE ORDER BY a column", "DELETE FROM invoice_rows WHERE id > 4 ORDER BY id", true},
+		{"DELETE ORDER BY a stored function", "DELETE FROM invoice_rows WHERE id > 4 ORDER BY app.f(id)", false},
+	} {
+		d := decide(e, []byte(c.sql), maria, Session{Schema: "app", ANSIQuotes: Off, NoBackslashEscapes: Off}, false)
+		if d.Action == Refuse {
+			if c.trap {
+				t.Errorf("%s: refused: %v", c.name, d.Refusal)
+			}
+			continue
+		}
+		if d.Action != Send || len(d.Stmts) != 1 || d.Stmts[0].Fence == nil {
+			t.Fatalf("%s: %+v", c.name, d)
+		}
+		if got := d.Stmts[0].Fence.Trap != nil; got != c.trap {
+			t.Errorf("%s: trap %v, want %v", c.name, got, c.trap)
+		}
+	}
+}
