@@ -173,29 +173,12 @@ func hexLit(b string) string { return "x'" + hex.EncodeToString([]byte(b)) + "'"
 
 // canonicalText parses and restores the fence condition for k.
 func (e *Engine) canonicalText(k fenceKey, mode lexMode) (string, bool) {
-	text := "SELECT 1 FROM DUAL WHERE " + e.fenceSQL([]fenceKey{k}, mode.server.Flavor)
-	n, err := parseOne(text, lexMode{server: mode.server})
-	if err != nil {
-		return "", false
-	}
-	sel, ok := n.(*ast.SelectStmt)
-	if !ok || sel.Where == nil {
-		return "", false
-	}
-	return restore(sel.Where)
+	return canonicalCond(e.fenceSQL([]fenceKey{k}, mode.server.Flavor), mode)
 }
 
 // canonicalCond is the restored text of a condition the rewriter adds.
 func canonicalCond(cond string, mode lexMode) (string, bool) {
-	n, err := parseOne("SELECT 1 FROM DUAL WHERE "+cond, lexMode{server: mode.server})
-	if err != nil {
-		return "", false
-	}
-	sel, ok := n.(*ast.SelectStmt)
-	if !ok || sel.Where == nil {
-		return "", false
-	}
-	return restore(sel.Where)
+	return canonicalCondAs(cond, lexMode{server: mode.server})
 }
 
 // canonicalCondAs is canonicalCond read under mode whole.
