@@ -634,3 +634,35 @@ func TestCanonicalPresentedMatchesParse(t *testing.T) {
 		}
 	}
 }
+
+// TestDigestWithFenceKey: an audit digest never holds a fence comment's
+// owner: under a character set that may hide quotes, or wherever the
+// digester kept a fence key, it is a hash of the text.
+func TestDigestWithFenceKey(t *testing.T) {
+	const owner = "owner-secret-4711"
+	malformed := "/*fence_lease='a',fence_owner='" + owner + "*/"
+	cases := []struct {
+		name   string
+		sql    string
+		sess   Session
+		hashed bool
+	}{
+		{"no fence key", "UPDATE invoices SET customer = 'x' WHERE id = 1", Session{}, false},
+		{"well-formed comment", "UPDATE invoices SET paid = 1 /*" + fcBody + "*/", Session{}, false},
+		{"malformed comment", "UPDATE invoices SET paid = 1 " + malformed, Session{}, false},
+		{"gbk, a quote hidden", "UPDATE invoices SET customer = '\xbf\\' WHERE id = 1 " + malformed, Session{UnsafeCharset: true}, true},
+		{"gbk, nothing hidden", "UPDATE invoices SET paid = 1 " + malformed, Session{UnsafeCharset: true}, true},
+		{"a column named fence_token", "UPDATE jobs SET fence_token = 1 WHERE id = 2", Session{}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := DigestFor(c.sql, maria, &c.sess)
+			if strings.Contains(d, "secret") || strings.Contains(d, "4711") {
+				t.Fatalf("digest holds the owner: %q", d)
+			}
+			if got := strings.Contains(d, "a statement with a fence key"); got != c.hashed {
+				t.Fatalf("hashed %v, want %v: %q", got, c.hashed, d)
+			}
+		})
+	}
+}
