@@ -267,6 +267,26 @@ type Fence struct {
 type Trap struct {
 	Cond  string
 	Plain string
+	// Prepared: a statement to prepare (COM_STMT_PREPARE), sent with
+	// Plain; the proxy prepares the trapped variant beside it (Trapped),
+	// whose WHERE copy holds Params placeholders after the client's.
+	Prepared bool
+	Params   int
+}
+
+// Trapped returns text, a statement to prepare sent with t's plain
+// condition (Prepared), with the trapped one in its place: the last
+// occurrence of Plain, spliced after the statement's last token as in
+// Untrapped. Nil when text does not hold it.
+func (t *Trap) Trapped(text []byte) []byte {
+	i := bytes.LastIndex(text, []byte(t.Plain))
+	if i < 0 {
+		return nil
+	}
+	out := make([]byte, 0, len(text)-len(t.Plain)+len(t.Cond))
+	out = append(out, text[:i]...)
+	out = append(out, t.Cond...)
+	return append(out, text[i+len(t.Plain):]...)
 }
 
 // Untrapped returns text, a statement sent with t, with the plain per-row

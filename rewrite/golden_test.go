@@ -246,6 +246,9 @@ func renderStmt(s *Stmt, span bool) string {
 		}
 		if s.Fence.Trap != nil {
 			b.WriteString(" trap")
+			if s.Fence.Trap.Prepared {
+				b.WriteString(" prepared params=" + strconv.Itoa(s.Fence.Trap.Params))
+			}
 		}
 	}
 	if s.Locks != LocksKept {
@@ -395,7 +398,16 @@ func checkInvariants(t *testing.T, e *Engine, c *goldenCase, d Decision) {
 		if s.Kind == Write && !s.Fence.Guard && !strings.Contains(string(d.SQL[s.Span[0]:s.Span[1]]), "fence_l.fence_token = @") {
 			t.Errorf("case %q: a write's span %v lacks the fence", c.name, s.Span)
 		}
-		if s.Kind == Write && s.Fence.Trap != nil {
+		if s.Kind == Write && s.Fence.Trap != nil && s.Fence.Trap.Prepared {
+			// The trapped variant the proxy prepares beside it: the trap
+			// in the plain condition's place, Params placeholders more.
+			text := d.SQL[s.Span[0]:s.Span[1]]
+			tr := s.Fence.Trap.Trapped(text)
+			if tr == nil || !bytes.Contains(tr, []byte("EXP("+trapConst)) || !bytes.Equal(s.Fence.Trap.Untrapped(tr), text) ||
+				countParams(tr, lexMode{}) != countParams(text, lexMode{})+s.Fence.Trap.Params {
+				t.Errorf("case %q: the trapped text is wrong: %s", c.name, tr)
+			}
+		} else if s.Kind == Write && s.Fence.Trap != nil {
 			// The same write without the trap: the plain per-row
 			// condition in its place, and nothing else changed.
 			text := d.SQL[s.Span[0]:s.Span[1]]

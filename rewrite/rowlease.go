@@ -219,6 +219,11 @@ func (in *stmtIn) updateDeleteCond(n ast.StmtNode, where ast.ExprNode, ordered, 
 	if trap == nil {
 		return []string{cond}, nil, nil
 	}
+	if trap.Prepared {
+		// The client's statement is prepared with the plain condition;
+		// the proxy prepares the trapped one beside it (Trap.Trapped).
+		return []string{cond}, trap, nil
+	}
 	return []string{trap.Cond}, trap, nil
 }
 
@@ -725,10 +730,12 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //
 // Only where the repeat is exact and the error can be answered:
 //   - the WHERE is deterministic and free of side effects (trapSafe): no
-//     subquery, placeholder, variable assignment, or function outside a
-//     list of deterministic built-ins; and its text has no comment, so
-//     the copy is read as the original (checked by parsing it), and at
-//     most 64 KiB (maxTrapWhere);
+//     subquery, variable assignment, or function outside a list of
+//     deterministic built-ins; and its text has no comment, so the copy
+//     is read as the original (checked by parsing it), and at most 64 KiB
+//     (maxTrapWhere). Placeholders only in a statement to prepare, and
+//     only as its last ones (none in ORDER BY or LIMIT): the copy's follow
+//     the client's, and the proxy binds them with the same values;
 //   - LIMIT only without ORDER BY and on MariaDB: the rows the client's
 //     statement would have changed are then the first n the WHERE matches
 //     in the order the server reads, and MariaDB reads one row at a time
@@ -747,10 +754,14 @@ func templateColumn(sch *policy.TemplateSchema, name string) (policy.TemplateCol
 //   - MariaDB (and Galera) or TiDB, where it was measured, and an InnoDB
 //     table (TemplateSchema.Transactional: the start-up check read its
 //     engine), whose failed statement leaves no row changed;
-//   - a statement of the client's text (COM_QUERY), not prepared nor inside
-//     a compound statement, EXPLAIN, ANALYZE or RETURNING: the proxy must
-//     be able to send it again without the trap, and to answer an error
-//     in place of the server's.
+//   - a statement of the client's text (COM_QUERY) or one to prepare
+//     (COM_STMT_PREPARE), not inside SQL PREPARE, a compound statement,
+//     EXPLAIN, ANALYZE or RETURNING: the proxy must be able to send it
+//     again without the trap, and to answer an error in place of the
+//     server's. A statement to prepare is sent with the plain condition
+//     (Trap.Prepared): the client's statement, which the proxy executes
+//     again under zero_rows; the proxy prepares the trapped one beside it
+//     and executes that in its place (proxy/preptrap.go).
 //
 // Elsewhere the per-row condition is plain, as before.
 
@@ -774,7 +785,7 @@ const (
 func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *policy.Template, plain, kw string) *Trap {
 	flavor := in.st.mode.server.Flavor
 	if flavor != MariaDB && flavor != TiDB || limited && (ordered || flavor == TiDB) ||
-		in.pc.prepare || in.pc.depth > 0 || in.inBlock || in.whole || in.noTrap {
+		in.pc.depth > 0 || in.inBlock || in.whole || in.noTrap {
 		return nil
 	}
 	if sch := tpl.Schema(); sch == nil || !sch.Transactional {
@@ -794,14 +805,14 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 	}
 	trap := "EXP(" + trapConst + " + COALESCE(0 * CHAR_LENGTH(" + quoteIdent(col) + "), 0)) < 0"
 	if where == nil {
-		return &Trap{Cond: "(" + plain + " OR " + trap + ")", Plain: plain}
+		return &Trap{Cond: "(" + plain + " OR " + trap + ")", Plain: plain, Prepared: in.pc.prepare}
 	}
 	var v trapSafe
 	where.Accept(&v)
 	if v.bad {
 		return nil
 	}
-	copyText, ok := in.whereText(kw)
+	copyText, params, ok := in.whereText(kw)
 	if !ok || len(copyText) > maxTrapWhere {
 		return nil
 	}
@@ -814,27 +825,31 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 	if !ok || sel.Where == nil || !sameRestore(where, sel.Where) {
 		return nil
 	}
-	return &Trap{Cond: "(" + plain + " OR ((" + copyText + ") AND " + trap + "))", Plain: plain}
+	return &Trap{Cond: "(" + plain + " OR ((" + copyText + ") AND " + trap + "))", Plain: plain, Prepared: in.pc.prepare,
+		Params: params}
 }
 
 // whereText returns the text of the statement's top-level WHERE
 // condition, which runs to ORDER BY, LIMIT or the last token, when only
 // spaces separate its tokens (no comment, whose reading the copy could
-// change) and it holds no placeholder.
-func (in *stmtIn) whereText(kw string) (string, bool) {
+// change), and the placeholders in it: none outside a statement to
+// prepare, and there the statement's last ones (none in ORDER BY or
+// LIMIT), so that the copy's placeholders follow all of the client's in
+// the trapped statement (the proxy binds them after the client's values).
+func (in *stmtIn) whereText(kw string) (string, int, bool) {
 	d := in.depths()
 	k := in.firstKw(d, 0, kw)
 	if k < 0 {
-		return "", false
+		return "", 0, false
 	}
 	if kw == "update" {
 		if k = in.firstKw(d, k+1, "set"); k < 0 {
-			return "", false
+			return "", 0, false
 		}
 	}
 	w := in.firstKw(d, k+1, "where")
 	if w < 0 {
-		return "", false
+		return "", 0, false
 	}
 	last := len(in.toks) - 1
 	for i := w + 1; i < len(in.toks); i++ {
@@ -844,22 +859,31 @@ func (in *stmtIn) whereText(kw string) (string, bool) {
 		}
 	}
 	if w >= last {
-		return "", false
+		return "", 0, false
+	}
+	for i := last + 1; i < len(in.toks); i++ {
+		if in.toks[i].Kind == sqlread.Param {
+			return "", 0, false
+		}
 	}
 	src := in.pc.src
+	params := 0
 	for i := w + 1; i <= last; i++ {
 		if in.toks[i].Kind == sqlread.Param {
-			return "", false
+			if !in.pc.prepare {
+				return "", 0, false
+			}
+			params++
 		}
 		if i > w+1 {
 			for _, c := range src[in.toks[i-1].End:in.toks[i].Start] {
 				if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-					return "", false
+					return "", 0, false
 				}
 			}
 		}
 	}
-	return string(src[in.toks[w+1].Start:in.toks[last].End]), true
+	return string(src[in.toks[w+1].Start:in.toks[last].End]), params, true
 }
 
 // trapSafe finds what makes a WHERE unfit to be read twice: anything but
@@ -872,7 +896,7 @@ func (v *trapSafe) Enter(n ast.Node) (ast.Node, bool) {
 	case *ast.ColumnNameExpr, *ast.ColumnName, *ast.ParenthesesExpr, *ast.BinaryOperationExpr, *ast.UnaryOperationExpr,
 		*ast.BetweenExpr, *ast.IsNullExpr, *ast.IsTruthExpr, *ast.PatternLikeOrIlikeExpr, *ast.PatternRegexpExpr,
 		*ast.CaseExpr, *ast.WhenClause, *ast.RowExpr, *ast.FuncCastExpr, *ast.TimeUnitExpr, *ast.TrimDirectionExpr,
-		*ast.SetCollationExpr, *test_driver.ValueExpr:
+		*ast.SetCollationExpr, *test_driver.ValueExpr, *test_driver.ParamMarkerExpr:
 	case *ast.PatternInExpr:
 		v.bad = v.bad || x.Sel != nil
 	case *ast.FuncCallExpr:
