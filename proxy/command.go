@@ -35,6 +35,13 @@ type preparedStmt struct {
 	// longData: COM_STMT_SEND_LONG_DATA was sent for the statement since
 	// it was prepared or last reset (COM_STMT_RESET).
 	longData bool
+
+	// trap: the trapped variant the proxy prepared beside an UPDATE or
+	// DELETE whose WHERE pins no lease (preptrap.go); typesStale: the
+	// last execution went out as T's, so the server holds other types
+	// for this statement than the client bound last.
+	trap       *trapStmt
+	typesStale bool
 }
 
 // commandSpec is what the proxy does with one command byte. Every byte it
@@ -300,6 +307,12 @@ func (c *clientConn) comStmtData(cmd byte, head []byte) error {
 	}
 	if cmd == mysql.COM_STMT_CLOSE {
 		if _, ok := stmtIDOf(head); ok {
+			if ps != nil && ps.trap != nil {
+				// T goes with S (no answer to either).
+				if err := c.closeServerStmt(ps.trap.id, false); err != nil {
+					return err
+				}
+			}
 			c.closeStmt(id)
 		}
 	} else if ps != nil {

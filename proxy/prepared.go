@@ -84,8 +84,9 @@ func stmtIDOf(head []byte) (id uint32, ok bool) {
 // server resolves its id, and makes the packet (head is in the client's
 // read buffer, not yet consumed) name it by its own id. ps is nil for a
 // statement the proxy does not know (the server answers for it); none is
-// true for MariaDB's lastStmtID when no statement is the last one (the
-// caller answers as the server does, and nothing is sent).
+// true for MariaDB's lastStmtID when no statement is the last one, and
+// for the id of a statement the proxy prepared for itself (the caller
+// answers as the server does for an unknown id, and nothing is sent).
 func (c *clientConn) resolveStmt(head []byte) (id uint32, ps *preparedStmt, none bool) {
 	id, ok := stmtIDOf(head)
 	if !ok {
@@ -102,7 +103,24 @@ func (c *clientConn) resolveStmt(head []byte) (id uint32, ps *preparedStmt, none
 		id = c.stmts.last
 		binary.LittleEndian.PutUint32(head[wire.HeaderLen+1:], id)
 	}
-	return id, c.prepared[id], false
+	ps = c.prepared[id]
+	if ps == nil && c.isTrapID(id) {
+		// The proxy's own statement (preptrap.go): no statement of the
+		// client's has its id.
+		return id, nil, true
+	}
+	return id, ps, false
+}
+
+// isTrapID reports whether id is the server's id of a trapped variant the
+// proxy prepared.
+func (c *clientConn) isTrapID(id uint32) bool {
+	for _, ps := range c.prepared {
+		if ps.trap != nil && ps.trap.id == id {
+			return true
+		}
+	}
+	return false
 }
 
 // unknownStmt answers a command naming no statement, as MariaDB does:

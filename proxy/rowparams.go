@@ -185,16 +185,24 @@ func (c *clientConn) rowParamsRefusal(ps *preparedStmt, ti int, why string) *rew
 // read past): integers (TINY .. LONGLONG, signed or unsigned) and strings
 // (CHAR, VARCHAR, the BLOB types) as such, any other type named.
 func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []rewrite.BoundValue, types []uint16, err error) {
+	vals, types, _, err = decodeParams(p, n, prev, want)
+	return vals, types, err
+}
+
+// decodeParams is decodeExecute that also returns each parameter's value
+// as it stands in the packet (raw; empty for a NULL), which a packet built
+// from this one copies (preptrap.go).
+func decodeParams(p []byte, n int, prev []uint16, want func(int) bool) (vals []rewrite.BoundValue, types []uint16, raw [][]byte, err error) {
 	if len(p) < 10 || p[0] != mysql.COM_STMT_EXECUTE {
-		return nil, nil, errors.New("the packet is shorter than a COM_STMT_EXECUTE")
+		return nil, nil, nil, errors.New("the packet is shorter than a COM_STMT_EXECUTE")
 	}
 	if n == 0 {
-		return nil, prev, nil
+		return nil, prev, nil, nil
 	}
 	p = p[10:]
 	nb := (n + 7) / 8
 	if len(p) < nb+1 {
-		return nil, nil, errors.New("the packet ends in its NULL bitmap")
+		return nil, nil, nil, errors.New("the packet ends in its NULL bitmap")
 	}
 	nulls := p[:nb]
 	bound := p[nb]
@@ -202,7 +210,7 @@ func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []
 	switch bound {
 	case 1:
 		if len(p) < 2*n {
-			return nil, nil, errors.New("the packet ends in its parameter types")
+			return nil, nil, nil, errors.New("the packet ends in its parameter types")
 		}
 		types = make([]uint16, n)
 		for i := range types {
@@ -212,12 +220,13 @@ func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []
 	case 0:
 		types = prev
 		if len(types) != n {
-			return nil, nil, errors.New("no execution sent the parameter types")
+			return nil, nil, nil, errors.New("no execution sent the parameter types")
 		}
 	default:
-		return nil, nil, fmt.Errorf("its new-params-bound flag is %d, not 0 or 1", bound)
+		return nil, nil, nil, fmt.Errorf("its new-params-bound flag is %d, not 0 or 1", bound)
 	}
 	vals = make([]rewrite.BoundValue, n)
+	raw = make([][]byte, n)
 	for i := 0; i < n; i++ {
 		if nulls[i/8]&(1<<(i%8)) != 0 {
 			vals[i] = rewrite.BoundValue{Null: true}
@@ -247,7 +256,7 @@ func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []
 		case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIME:
 			// A length byte, then that many bytes.
 			if len(p) < 1 || len(p) < 1+int(p[0]) {
-				return nil, nil, fmt.Errorf("parameter %d: the packet ends in a temporal value", i+1)
+				return nil, nil, nil, fmt.Errorf("parameter %d: the packet ends in a temporal value", i+1)
 			}
 			size, kind = 1+int(p[0]), "DATE or TIME"
 		case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB,
@@ -256,7 +265,7 @@ func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []
 			mysql.MYSQL_TYPE_JSON, mysql.MYSQL_TYPE_BIT, mysql.MYSQL_TYPE_GEOMETRY:
 			l, k, _ := wire.LenEnc(p)
 			if k == 0 || uint64(len(p)-k) < l {
-				return nil, nil, fmt.Errorf("parameter %d: the packet ends in a string value", i+1)
+				return nil, nil, nil, fmt.Errorf("parameter %d: the packet ends in a string value", i+1)
 			}
 			switch t {
 			case mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_NEWDECIMAL:
@@ -272,13 +281,14 @@ func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []
 					vals[i] = rewrite.BoundValue{Other: kind}
 				}
 			}
+			raw[i] = p[:k+int(l)]
 			p = p[k+int(l):]
 			continue
 		default:
-			return nil, nil, fmt.Errorf("parameter %d has type %d, which fenceproxy does not decode", i+1, t)
+			return nil, nil, nil, fmt.Errorf("parameter %d has type %d, which fenceproxy does not decode", i+1, t)
 		}
 		if len(p) < size {
-			return nil, nil, fmt.Errorf("parameter %d: the packet ends in its value", i+1)
+			return nil, nil, nil, fmt.Errorf("parameter %d: the packet ends in its value", i+1)
 		}
 		if want(i) {
 			if kind == "int" {
@@ -287,7 +297,8 @@ func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []
 				vals[i] = rewrite.BoundValue{Other: kind}
 			}
 		}
+		raw[i] = p[:size]
 		p = p[size:]
 	}
-	return vals, types, nil
+	return vals, types, raw, nil
 }

@@ -286,6 +286,9 @@ func (c *clientConn) comPrepare(rt *runtime) error {
 		ps.stmt = d.Stmts[0]
 	}
 	c.prepared[id] = ps
+	if d.Action == rewrite.Send {
+		return c.prepareTrap(rt, ps, d.SQL)
+	}
 	return nil
 }
 
@@ -501,6 +504,11 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 
 // runExecute sends a COM_STMT_EXECUTE of ps, fenced as ps says.
 func (c *clientConn) runExecute(rt *runtime, ps *preparedStmt) error {
+	if ps.trap != nil && rt.policy.Mode != policy.ModeShadow {
+		if handled, err := c.executeTrapped(rt, ps); handled {
+			return err
+		}
+	}
 	if f := c.fence.GuardOf(&ps.stmt); f != nil && rt.policy.Mode != policy.ModeShadow {
 		return c.fence.Guarded(rt.fenceRT(), f, []rewrite.Stmt{ps.stmt}, nil, c.forwardCommand, func() error {
 			_, err := c.client.SkipPacket()

@@ -703,10 +703,14 @@ func (fg *Layer) rejectGuarded(rt Runtime, f *rewrite.Fence, v verdict) error {
 // the client's command was consumed already. text: the packet's text as
 // sent, when the proxy rewrote it (Tracker.SetText), else nil.
 func (fg *Layer) Guarded(rt Runtime, f *rewrite.Fence, stmts []rewrite.Stmt, text []byte, send, drop func() error) error {
+	return fg.GuardedWith(rt, f, NewTracker(fg, rt, stmts, true).SetText(text), send, drop)
+}
+
+// GuardedWith is Guarded with the Tracker t of the write's statement.
+func (fg *Layer) GuardedWith(rt Runtime, f *rewrite.Fence, t *Tracker, send, drop func() error) error {
 	if drop == nil {
 		drop = func() error { return nil }
 	}
-	t := NewTracker(fg, rt, stmts, true).SetText(text)
 	if err := fg.guardedWrite(rt, f, t, send, drop); err != nil {
 		return err
 	}

@@ -29,6 +29,17 @@ type Tracker struct {
 	// again without its trap, which must not be sent a third time.
 	trapped *pendingCheck
 	retried bool
+	// resend sends the write again without its trap where the text
+	// cannot say how: a prepared statement's execution (SetResend).
+	resend func() error
+}
+
+// SetResend gives t how to send its write again without the trap: the
+// execution of the client's prepared statement in place of the trapped
+// variant's.
+func (t *Tracker) SetResend(send func() error) *Tracker {
+	t.resend = send
+	return t
 }
 
 // SetText gives t the packet's text as sent, which holds its statements'
@@ -350,24 +361,30 @@ func (t *Tracker) finishTrapped() error {
 		v.reason = audit.RowLeaseMismatch
 	}
 	v.presentedOwner = ""
-	var again []byte
+	var send func() error
+	var t2 *Tracker
 	if t.rt.Policy.OnStale != policy.OnStaleError && !f.Rows && !t.retried && v.reason == audit.RowLeaseMismatch &&
-		pc.pos < len(t.stmts) && t.text != nil {
-		sp := t.stmts[pc.pos].Span
-		if sp[0] >= 0 && sp[1] <= len(t.text) && sp[0] <= sp[1] {
-			again = f.Trap.Untrapped(t.text[sp[0]:sp[1]])
+		pc.pos < len(t.stmts) {
+		st := t.stmts[pc.pos]
+		sp := st.Span
+		switch {
+		case t.resend != nil:
+			send = t.resend
+			t2 = NewTracker(fg, t.rt, []rewrite.Stmt{st}, true)
+		case t.text != nil && sp[0] >= 0 && sp[1] <= len(t.text) && sp[0] <= sp[1]:
+			if again := f.Trap.Untrapped(t.text[sp[0]:sp[1]]); again != nil {
+				st.Span = [2]int{0, len(again)}
+				t2 = NewTracker(fg, t.rt, []rewrite.Stmt{st}, true).SetText(again)
+				send = func() error { return fg.own.SendStatement(again) }
+			}
 		}
 	}
-	if again == nil {
+	if send == nil {
 		fg.auditStale(t.rt, f, v, "error")
 		return fg.out.SendError(erSignal, "45000", v.message()+"; the statement was rolled back")
 	}
 	fg.auditStale(t.rt, f, v, "zero_rows")
-	st := t.stmts[pc.pos]
-	st.Span = [2]int{0, len(again)}
-	t2 := NewTracker(fg, t.rt, []rewrite.Stmt{st}, true).SetText(again)
 	t2.retried = true
-	send := func() error { return fg.own.SendStatement(again) }
 	if f.Guard {
 		// The guard's transaction ended with the trapped write (the
 		// proxy's own rolled back; in the client's, the guard's lock

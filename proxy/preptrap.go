@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"encoding/binary"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/fenceproxy/fenceproxy/policy"
+	"github.com/fenceproxy/fenceproxy/proxy/fencing"
+	"github.com/fenceproxy/fenceproxy/proxy/wire"
+	"github.com/fenceproxy/fenceproxy/rewrite"
+)
+
+// The row-lease trap of a prepared UPDATE or DELETE whose WHERE pins no
+// lease (rewrite.Trap.Prepared). The client's statement S is prepared with
+// the plain per-row condition, and its N parameters are the client's. The
+// trap repeats the WHERE, and with it the WHERE's k placeholders (the
+// statement's last ones), so the proxy prepares the trapped statement T
+// beside S on the same connection, with N+k parameters, and reads its
+// answer itself. Each execution of S goes out as an execution of T, built
+// from the client's packet: the N values as sent, then copies of the k
+// values of the WHERE's placeholders, every type bound. When the trap
+// fires, the server rolled T back; the proxy audits it (Tracker.TrapErr)
+// and answers ERR 1644, or under zero_rows executes S, which changes the
+// rows of the lease only. Where the proxy cannot build T's execution (long
+// data sent for S, a value type it does not decode, an execution larger
+// than it reads), S runs as sent, without the trap.
+//
+// T lives and dies with S: COM_STMT_CLOSE of S closes it, a session reset
+// drops both on the server and in the proxy, and its id is no statement
+// of the client's (resolveStmt). COM_STMT_RESET of S is not sent for T:
+// it drops long data and a cursor, and T never has either (the proxy sends
+// it no long data, and an UPDATE or DELETE opens no cursor). Executions of
+// T bind their types to T, so the server's types for S fall behind the
+// client's (typesStale); an execution of S that binds none gets them from
+// the proxy (plainExecute). Two places cannot: an execution larger than
+// the proxy reads, and executions under a policy reloaded into shadow
+// mode, which go out as sent.
+
+// trapStmt is the trapped variant T of a prepared statement, as the
+// server knows it.
+type trapStmt struct {
+	id     uint32 // T's id on the server
+	params int    // k: T's parameters after S's, copies of S's last k
+}
+
+// discardPrepare reads the answer to the proxy's own COM_STMT_PREPARE,
+// which the client never sees.
+type discardPrepare clientConn
+
+func (h *discardPrepare) Prepared(_ wire.Prepared, n int) error {
+	h.backend.DiscardPacket(n)
+	return nil
+}
+
+func (h *discardPrepare) Err(_ []byte, n int, _ bool) error {
+	h.backend.DiscardPacket(n)
+	return nil
+}
+
+func (h *discardPrepare) Def() error {
+	_, err := h.backend.SkipPacket()
+	return err
+}
+
+// prepareTrap prepares T for ps, just prepared from sent (the text the
+// server holds for S). T is left out (S runs without a trap, as before)
+// when the server refuses it (max_prepared_stmt_count) or counts other
+// parameters than the proxy.
+func (c *clientConn) prepareTrap(rt *runtime, ps *preparedStmt, sent []byte) error {
+	f := ps.stmt.Fence
+	if rt.policy.Mode == policy.ModeShadow || !ps.fenced || ps.stmt.Kind != rewrite.Write || f == nil || f.Trap == nil ||
+		!f.Trap.Prepared {
+		return nil
+	}
+	text := f.Trap.Trapped(sent)
+	if text == nil || len(text) >= wire.MaxPayload {
+		return nil
+	}
+	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_PREPARE}, text); err != nil {
+		return err
+	}
+	if err := c.backend.Flush(); err != nil {
+		return err
+	}
+	p, ok, err := c.walker().Prepare((*discardPrepare)(c))
+	if err != nil || !ok {
+		return err
+	}
+	if int(p.Params) != ps.params+f.Trap.Params {
+		return c.closeServerStmt(p.StmtID, true)
+	}
+	ps.trap = &trapStmt{id: p.StmtID, params: f.Trap.Params}
+	return nil
+}
+
+// closeServerStmt sends COM_STMT_CLOSE of a statement the proxy prepared,
+// which the server does not answer; flush when nothing follows it.
+func (c *clientConn) closeServerStmt(id uint32, flush bool) error {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], id)
+	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_CLOSE}, b[:]); err != nil {
+		return err
+	}
+	if flush {
+		return c.backend.Flush()
+	}
+	return nil
+}
+
+// executeTrapped runs an execution of ps as an execution of its trapped
+// variant. handled is false when it left the packet unread, for the caller
+// to run as any other execution (no trap): one larger than the proxy
+// reads.
+func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt) (handled bool, err error) {
+	limit := max(rt.cfg.Limits.MaxQueryBytes, wire.MaxWholePacket)
+	n, _, err := c.client.PeekHeader()
+	if err != nil {
+		return true, err
+	}
+	if n == wire.MaxPayload || n-1 > limit {
+		return false, nil
+	}
+	var payload []byte
+	pkt, ok, err := c.client.PeekPacket()
+	if err != nil {
+		return true, err
+	}
+	if ok {
+		payload = append([]byte(nil), pkt[wire.HeaderLen:]...)
+		c.x.cmdSeq = pkt[3]
+		c.client.Discard(len(pkt))
+	} else if payload, c.x.cmdSeq, err = c.client.ReadPacket(nil, limit); err != nil {
+		return true, err
+	}
+	plain := c.plainExecute(ps, payload)
+	if ps.longData {
+		// The values sent as long data are not in the packet, and T
+		// holds none: S as sent, without the trap.
+		return true, c.runTrapped(rt, ps, plain, nil)
+	}
+	_, types, raw, derr := decodeParams(payload, ps.params, ps.types, func(int) bool { return false })
+	if derr != nil || ps.trap.params > ps.params {
+		return true, c.runTrapped(rt, ps, plain, nil)
+	}
+	trapped := buildExecute(payload, ps.trap.id, ps.params, ps.trap.params, types, raw)
+	if len(trapped) >= wire.MaxPayload {
+		return true, c.runTrapped(rt, ps, plain, nil)
+	}
+	ps.types = types
+	return true, c.runTrapped(rt, ps, trapped, plain)
+}
+
+// plainExecute is the client's execution of S as the server must get it:
+// as sent, or, when it binds no types (new-params-bound 0) and an
+// execution of T left the server's types for S other than the client's
+// last (typesStale), with those types bound. It notes the types an
+// execution that binds them binds.
+func (c *clientConn) plainExecute(ps *preparedStmt, payload []byte) []byte {
+	nb := (ps.params + 7) / 8
+	if ps.params == 0 || len(payload) <= 10+nb {
+		return payload
+	}
+	switch payload[10+nb] {
+	case 1:
+		if len(payload) >= 10+nb+1+2*ps.params {
+			types := make([]uint16, ps.params)
+			for i := range types {
+				types[i] = binary.LittleEndian.Uint16(payload[10+nb+1+2*i:])
+			}
+			ps.types = types
+		}
+		return payload
+	case 0:
+		if !ps.typesStale || len(ps.types) != ps.params {
+			return payload
+		}
+		out := make([]byte, 0, len(payload)+2*ps.params)
+		out = append(out, payload[:10+nb]...)
+		out = append(out, 1)
+		for _, t := range ps.types {
+			out = binary.LittleEndian.AppendUint16(out, t)
+		}
+		return append(out, payload[10+nb+1:]...)
+	}
+	return payload
+}
+
+// buildExecute is a COM_STMT_EXECUTE of statement id with n+k parameters
+// from p, the client's execution of n: its flags and iteration count, the
+// n values as sent, then copies of its last k, every type bound (types).
+func buildExecute(p []byte, id uint32, n, k int, types []uint16, raw [][]byte) []byte {
+	m := n + k
+	size := 10 + (m+7)/8 + 1 + 2*m
+	for i := 0; i < n; i++ {
+		size += len(raw[i])
+	}
+	for i := n - k; i < n; i++ {
+		size += len(raw[i])
+	}
+	out := make([]byte, 0, size)
+	out = append(out, p[0])
+	out = binary.LittleEndian.AppendUint32(out, id)
+	out = append(out, p[5:10]...)
+	if m == 0 {
+		return out
+	}
+	src := func(i int) int {
+		if i < n {
+			return i
+		}
+		return n - k + (i - n)
+	}
+	bitmap := make([]byte, (m+7)/8)
+	for i := 0; i < m; i++ {
+		j := src(i)
+		if p[10+j/8]&(1<<(j%8)) != 0 {
+			bitmap[i/8] |= 1 << (i % 8)
+		}
+	}
+	out = append(out, bitmap...)
+	out = append(out, 1)
+	for i := 0; i < m; i++ {
+		out = binary.LittleEndian.AppendUint16(out, types[src(i)])
+	}
+	for i := 0; i < m; i++ {
+		out = append(out, raw[src(i)]...)
+	}
+	return out
+}
+
+// runTrapped sends first (T's execution, or S's when T's could not be
+// built) and relays its answer. again, S's execution, is what zero_rows
+// sends when T's trap fired.
+func (c *clientConn) runTrapped(rt *runtime, ps *preparedStmt, first, again []byte) error {
+	sendPacket := func(p []byte) func() error {
+		return func() error {
+			next, err := c.backend.WritePacket(0, p)
+			if err != nil {
+				return err
+			}
+			c.x.align(next, c.x.cmdSeq+1)
+			// T's execution binds its types, not S's: the server keeps
+			// S's from S's last execution (or none).
+			ps.typesStale = ps.params > 0 && binary.LittleEndian.Uint32(p[1:]) == ps.trap.id
+			return c.backend.Flush()
+		}
+	}
+	t := fencing.NewTracker(&c.fence, rt.fenceRT(), []rewrite.Stmt{ps.stmt}, true)
+	if again != nil {
+		t.SetResend(sendPacket(again))
+	}
+	if f := c.fence.GuardOf(&ps.stmt); f != nil {
+		return c.fence.GuardedWith(rt.fenceRT(), f, t, sendPacket(first), func() error { return nil })
+	}
+	if err := sendPacket(first)(); err != nil {
+		return err
+	}
+	if err := c.relayResults(t); err != nil {
+		return err
+	}
+	return t.Finish()
+}
