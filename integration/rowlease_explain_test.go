@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"sort"
 	"strings"
 	"testing"
@@ -102,5 +103,50 @@ func TestRowLeaseCost(t *testing.T) {
 			return ds[len(ds)/2]
 		}
 		t.Logf("%s: p50 single-row unpinned text UPDATE, plain %v, with the trap %v", eng, med(pinned), med(trapped))
+		// The same as a server-side prepared statement: go-sql-driver's
+		// Exec with an argument (prepare, execute, close: the proxy
+		// prepares the trapped variant too), and one statement prepared
+		// once and executed 200 times (the executions alone).
+		const plainQ, trapQ = "UPDATE invoice_rows SET amount = amount + 1 WHERE id = /* plain */ ?",
+			"UPDATE invoice_rows SET amount = amount + 1 WHERE id = ?"
+		pinned, trapped = nil, nil
+		for i := 0; i < 200; i++ {
+			for j, q := range []string{plainQ, trapQ} {
+				start := time.Now()
+				mustAffect(t, c, 1, q, 1)
+				if j == 0 {
+					pinned = append(pinned, time.Since(start))
+				} else {
+					trapped = append(trapped, time.Since(start))
+				}
+			}
+		}
+		t.Logf("%s: p50 single-row unpinned prepared UPDATE (prepare, execute, close), plain %v, with the trap %v",
+			eng, med(pinned), med(trapped))
+		var stmts [2]*sql.Stmt
+		for j, q := range []string{plainQ, trapQ} {
+			st, err := c.PrepareContext(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			stmts[j] = st
+		}
+		pinned, trapped = nil, nil
+		for i := 0; i < 200; i++ {
+			for j, st := range stmts {
+				start := time.Now()
+				if _, err := st.Exec(1); err != nil {
+					t.Fatal(err)
+				}
+				if j == 0 {
+					pinned = append(pinned, time.Since(start))
+				} else {
+					trapped = append(trapped, time.Since(start))
+				}
+			}
+		}
+		t.Logf("%s: p50 single-row unpinned prepared UPDATE (execution only), plain %v, with the trap %v",
+			eng, med(pinned), med(trapped))
 	})
 }
