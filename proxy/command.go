@@ -112,15 +112,15 @@ func init() {
 	refuse(mysql.COM_CONNECT_OUT, "COM_CONNECT_OUT", "a server-internal command")
 	relay(mysql.COM_REGISTER_SLAVE, "COM_REGISTER_SLAVE", "replication: relayed", "OK or ERR",
 		func(c *clientConn, _ *runtime, _ []byte) error { return c.relayCommand(relayAsOne) })
-	relay(mysql.COM_STMT_PREPARE, "COM_STMT_PREPARE", "the statement reader decides once what each execution does; a lease function is prepared by the proxy itself",
+	relay(mysql.COM_STMT_PREPARE, "COM_STMT_PREPARE", "the statement reader decides once what each execution does; a lease function is prepared by the proxy itself; an UPDATE or DELETE whose WHERE pins no row lease gets a trapped variant the proxy prepares beside it",
 		"prepare OK, parameter and column definitions; or ERR", func(c *clientConn, rt *runtime, _ []byte) error { return c.comPrepare(rt) })
-	relay(mysql.COM_STMT_EXECUTE, "COM_STMT_EXECUTE", "the statement is resolved as the server resolves its id; a protected write is guarded or fenced as prepared (an INSERT into a table whose lease is a template, under the lease its bound values name), a lease function answered",
+	relay(mysql.COM_STMT_EXECUTE, "COM_STMT_EXECUTE", "the statement is resolved as the server resolves its id; a protected write is guarded or fenced as prepared (an INSERT into a table whose lease is a template, under the lease its bound values name; an UPDATE or DELETE with a trapped variant executed as that), a lease function answered",
 		"as COM_QUERY (binary rows)", func(c *clientConn, rt *runtime, head []byte) error { return c.comExecute(rt, head) })
 	relay(mysql.COM_STMT_SEND_LONG_DATA, "COM_STMT_SEND_LONG_DATA", "the statement resolved as for EXECUTE; relayed (ignored for the proxy's own statements); an INSERT whose template columns are bound refuses executions until COM_STMT_RESET", "none",
 		func(c *clientConn, _ *runtime, head []byte) error {
 			return c.comStmtData(mysql.COM_STMT_SEND_LONG_DATA, head)
 		})
-	relay(mysql.COM_STMT_CLOSE, "COM_STMT_CLOSE", "the statement resolved as for EXECUTE and forgotten; relayed unless the proxy's own", "none",
+	relay(mysql.COM_STMT_CLOSE, "COM_STMT_CLOSE", "the statement resolved as for EXECUTE and forgotten; relayed unless the proxy's own (its trapped variant closed with it)", "none",
 		func(c *clientConn, _ *runtime, head []byte) error { return c.comStmtData(mysql.COM_STMT_CLOSE, head) })
 	relay(mysql.COM_STMT_RESET, "COM_STMT_RESET", "the statement resolved as for EXECUTE; relayed, or answered for the proxy's own", "OK or ERR",
 		func(c *clientConn, _ *runtime, head []byte) error { return c.comStmtReset(head) })
