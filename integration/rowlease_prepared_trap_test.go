@@ -176,8 +176,8 @@ const tidbNoPlanCache = " warning Warning|1105|skip prepared plan-cache: query h
 // variant's id is no statement of the client's; executions that
 // bind no types (new-params-bound 0, read with the last ones bound) carry
 // the trap; long data falls back to the client's statement without it;
-// after COM_STMT_RESET, and for a statement closed and prepared again, the
-// trap is back. Under zero_rows the client's statement executed after a
+// after COM_STMT_RESET, for a statement closed and prepared again, and
+// after COM_RESET_CONNECTION, the trap is back. Under zero_rows the client's statement executed after a
 // trap gets the types it was last bound even when it binds none (the
 // trapped variant's executions bound them, not the client's statement's).
 func TestRowLeasePreparedUnpinnedWire(t *testing.T) {
@@ -191,7 +191,10 @@ func TestRowLeasePreparedUnpinnedWire(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer w.Close()
-				w.mustQuery(t, "SET @fence_lease = '"+acme.Name+"', @fence_owner = '"+acme.Owner+"', @fence_token = "+strconv.FormatUint(acme.Token, 10))
+				setFence := func() {
+					w.mustQuery(t, "SET @fence_lease = '"+acme.Name+"', @fence_owner = '"+acme.Owner+"', @fence_token = "+strconv.FormatUint(acme.Token, 10))
+				}
+				setFence()
 				prepare := func() uint32 {
 					t.Helper()
 					if err := w.send(append([]byte{comStmtPrepare}, "UPDATE invoice_rows SET amount = ? WHERE id = ?"...)); err != nil {
@@ -237,6 +240,10 @@ func TestRowLeasePreparedUnpinnedWire(t *testing.T) {
 				if err := w.send(stmtCmd(comStmtClose, id+1)); err != nil {
 					t.Fatal(err)
 				}
+				unknown := "1243" // the server's answer for an id it does not know
+				if eng == engTiDB {
+					unknown = "1105"
+				}
 				rejected := "1644"
 				if onStale == "zero_rows" {
 					rejected = "0"
@@ -279,7 +286,18 @@ func TestRowLeasePreparedUnpinnedWire(t *testing.T) {
 							id = prepare()
 						}},
 					{name: "prepared again, another lease's row", pkt: func() []byte { return typed(18, 4) }, want: rejected, trap: true},
-					{name: "prepared again, the lease's row", pkt: func() []byte { return noTypes(19, 2) }, want: "1"},
+					{name: "prepared again, the lease's row", pkt: func() []byte { return noTypes(19, 2) }, want: "1",
+						after: func() {
+							// A session reset drops both statements.
+							if r, err := w.resetConnection(); err != nil || r.err() != nil {
+								t.Fatalf("reset connection: %v %v", err, r.err())
+							}
+							setFence()
+						}},
+					{name: "after a session reset, the old id", pkt: func() []byte { return typed(20, 3) }, want: unknown,
+						after: func() { id = prepare() }},
+					{name: "after a session reset, prepared again, another lease's row", pkt: func() []byte { return typed(21, 4) },
+						want: rejected, trap: true},
 				}
 				for _, s := range steps {
 					if got := exec(s.pkt()); got != s.want {
@@ -349,6 +367,43 @@ func TestRowLeasePreparedUnpinnedStmtLimit(t *testing.T) {
 		}
 		if got := e.invoiceRows(t); got != seeded {
 			t.Fatalf("rows %s, want %s", got, seeded)
+		}
+	})
+}
+
+// TestRowLeasePreparedUnpinnedInTransaction: in the client's transaction
+// a prepared write that meets another lease's row is undone alone (under
+// error; under zero_rows it changes the lease's rows), and the
+// transaction goes on: its earlier write commits.
+func TestRowLeasePreparedUnpinnedInTransaction(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		for _, onStale := range []string{"zero_rows", "error"} {
+			t.Run(onStale, func(t *testing.T) {
+				e := rowLeaseEnv(t, eng, onStale)
+				acme := e.acquire(t, "invoice:acme", time.Minute)
+				c := e.session(t)
+				setFence(t, c, acme)
+				mustExec(t, c, "START TRANSACTION")
+				mustAffect(t, c, 1, "UPDATE invoice_rows SET amount = ? WHERE id = ?", 11, 1)
+				_, err := c.ExecContext(context.Background(), "UPDATE invoice_rows SET amount = amount + ? WHERE id >= ?", 100, 2)
+				want := "1:acme:11 2:acme:120 3:beta:30 4:beta:40"
+				if onStale == "error" {
+					var me *mysql.MySQLError
+					if !errors.As(err, &me) || me.Number != 1644 {
+						t.Fatalf("spanning UPDATE in a transaction: %v, want ERR 1644", err)
+					}
+					want = "1:acme:11 2:acme:20 3:beta:30 4:beta:40"
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				mustExec(t, c, "COMMIT")
+				if got := e.invoiceRows(t); got != want {
+					t.Fatalf("rows %s, want %s", got, want)
+				}
+				if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 1 {
+					t.Fatalf("%d row_lease_mismatch records, want 1", n)
+				}
+			})
 		}
 	})
 }
