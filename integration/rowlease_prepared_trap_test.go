@@ -407,3 +407,76 @@ func TestRowLeasePreparedUnpinnedInTransaction(t *testing.T) {
 		}
 	})
 }
+
+// TestRowLeasePreparedUnpinnedStaleTypes: executions of the trapped
+// variant bind their types to it, so the server's types for the client's
+// statement fall behind the client's. An execution that binds none and
+// that the proxy does not read (larger than it reads) is refused rather
+// than sent: the server would read its values with other types. After a
+// reload into shadow mode the statement is refused as any whose fence the
+// reload changed ("prepare it again"). MariaDB.
+func TestRowLeasePreparedUnpinnedStaleTypes(t *testing.T) {
+	e := rowLeaseEnv(t, engMariaDB, "zero_rows")
+	acme := e.acquire(t, "invoice:acme", time.Minute)
+	w, err := dialWire(e.proxy.Addr, wireOptions{User: dbserver.AppUser, Password: dbserver.AppPassword, DB: e.db, DeprecateEOF: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.mustQuery(t, "SET @fence_lease = '"+acme.Name+"', @fence_owner = '"+acme.Owner+"', @fence_token = "+strconv.FormatUint(acme.Token, 10))
+	if err := w.send(append([]byte{comStmtPrepare}, "UPDATE invoice_rows SET amount = ? WHERE id = ?"...)); err != nil {
+		t.Fatal(err)
+	}
+	r, id, params, err := w.readPrepare()
+	if err != nil || r.err() != nil || params != 2 {
+		t.Fatalf("prepare: %v %v (%d params)", err, r.err(), params)
+	}
+	exec := func(pkt []byte) string {
+		t.Helper()
+		if err := w.send(pkt); err != nil {
+			t.Fatal(err)
+		}
+		r, err := w.readResults(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if we := r.err(); we != nil {
+			return strconv.Itoa(int(we.Code)) + " " + we.Msg
+		}
+		return strconv.FormatUint(okAffectedRows(r.last()), 10)
+	}
+	untyped := func(pad int) []byte {
+		b := executePacket(id, 0, nil)
+		b = append(b, 0, 0) // NULL bitmap, new-params-bound flag 0
+		b = append(b, intParam(12).value...)
+		b = append(b, intParam(2).value...)
+		return append(b, make([]byte, pad)...) // bytes past the values, which the server ignores
+	}
+	// The first execution binds BIGINT types and runs as the trapped
+	// variant: the server holds no types for the client's statement.
+	if got := exec(executePacket(id, 0, []stmtParam{intParam(11), intParam(1)})); got != "1" {
+		t.Fatalf("typed execution: %s", got)
+	}
+	// Larger than the proxy reads (16 MiB and more), no types: refused.
+	if got := exec(untyped(17 << 20)); !strings.HasPrefix(got, "1148 ") || !strings.Contains(got, "binds no parameter types") {
+		t.Fatalf("a large untyped execution after the trapped variant's: %s, want the proxy's refusal", got)
+	}
+	// Read by the proxy, no types: the client's last types go with it.
+	if got := exec(untyped(0)); got != "1" {
+		t.Fatalf("untyped execution: %s", got)
+	}
+	if rows, want := e.invoiceRows(t), "1:acme:11 2:acme:12 3:beta:30 4:beta:40"; rows != want {
+		t.Fatalf("rows %s, want %s", rows, want)
+	}
+	e.proxy.reload(t, "fencing:\n  on_stale: zero_rows\n  mode: shadow\n"+
+		"tables:\n  - name: "+e.db+".reconciliation_runs\n    lease: admin:reconciliation\n  - name: "+e.db+".invoices\n"+
+		"  - name: "+e.db+".invoice_rows\n    lease: \"invoice:{customer_id}\"\n  - name: "+e.db+".loose_rows\n    lease: \"loose:{customer_id}\"\n"+
+		"audit:\n  file: "+e.audits+"\n")
+	checkTemplates(t, e)
+	if got := exec(untyped(0)); !strings.HasPrefix(got, "1148 ") || !strings.Contains(got, "prepare it again") {
+		t.Fatalf("untyped execution after a reload into shadow mode: %s, want the proxy's refusal", got)
+	}
+	if rows, want := e.invoiceRows(t), "1:acme:11 2:acme:12 3:beta:30 4:beta:40"; rows != want {
+		t.Fatalf("rows %s, want %s", rows, want)
+	}
+}

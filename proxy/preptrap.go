@@ -33,9 +33,9 @@ import (
 // it no long data, and an UPDATE or DELETE opens no cursor). Executions of
 // T bind their types to T, so the server's types for S fall behind the
 // client's (typesStale); an execution of S that binds none gets them from
-// the proxy (plainExecute). Two places cannot: an execution larger than
-// the proxy reads, and executions under a policy reloaded into shadow
-// mode, which go out as sent.
+// the proxy (plainExecute), in shadow mode too; an execution larger than
+// the proxy reads that binds none is refused (the proxy does not rewrite
+// what it does not read).
 
 // trapStmt is the trapped variant T of a prepared statement, as the
 // server knows it.
@@ -109,17 +109,36 @@ func (c *clientConn) closeServerStmt(id uint32, flush bool) error {
 }
 
 // executeTrapped runs an execution of ps as an execution of its trapped
-// variant. handled is false when it left the packet unread, for the caller
-// to run as any other execution (no trap): one larger than the proxy
-// reads.
-func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt) (handled bool, err error) {
+// variant (trap), or of ps itself with the types the server must be given
+// again (shadow mode, after executions of T). handled is false when it
+// left the packet unread, for the caller to run as any other execution (no
+// trap): one larger than the proxy reads, unless it binds no types while
+// the server's types for S are stale: that one is refused (the server
+// would read its values with other types).
+func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (handled bool, err error) {
 	limit := max(rt.cfg.Limits.MaxQueryBytes, wire.MaxWholePacket)
 	n, _, err := c.client.PeekHeader()
 	if err != nil {
 		return true, err
 	}
 	if n == wire.MaxPayload || n-1 > limit {
-		return false, nil
+		nb := (ps.params + 7) / 8
+		if !ps.typesStale || ps.params == 0 || n < 10+nb+1 {
+			return false, nil
+		}
+		head, err := c.client.PeekPrefix(n, wire.HeaderLen+10+nb+1)
+		if err != nil {
+			return true, err
+		}
+		if head[wire.HeaderLen+10+nb] != 0 {
+			return false, nil
+		}
+		if _, err := c.client.SkipPacket(); err != nil {
+			return true, err
+		}
+		return true, c.fence.Refuse(rt.fenceRT(), &rewrite.Refusal{Reason: "this execution is larger than fenceproxy reads " +
+			"(limits.max_query_bytes) and binds no parameter types, which the server no longer holds for this statement " +
+			"(fenceproxy ran its row-lease trap in its place); send the types with it (new-params-bound 1) or raise the limit"}, ps.text)
 	}
 	var payload []byte
 	pkt, ok, err := c.client.PeekPacket()
@@ -134,6 +153,9 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt) (handled bool
 		return true, err
 	}
 	plain := c.plainExecute(ps, payload)
+	if !trap {
+		return true, c.runTrapped(rt, ps, plain, nil)
+	}
 	if ps.longData {
 		// The values sent as long data are not in the packet, and T
 		// holds none: S as sent, without the trap.
@@ -250,7 +272,7 @@ func (c *clientConn) runTrapped(rt *runtime, ps *preparedStmt, first, again []by
 	if again != nil {
 		t.SetResend(sendPacket(again))
 	}
-	if f := c.fence.GuardOf(&ps.stmt); f != nil {
+	if f := c.fence.GuardOf(&ps.stmt); f != nil && rt.policy.Mode != policy.ModeShadow {
 		return c.fence.GuardedWith(rt.fenceRT(), f, t, sendPacket(first), func() error { return nil })
 	}
 	if err := sendPacket(first)(); err != nil {

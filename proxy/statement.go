@@ -504,8 +504,8 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 
 // runExecute sends a COM_STMT_EXECUTE of ps, fenced as ps says.
 func (c *clientConn) runExecute(rt *runtime, ps *preparedStmt) error {
-	if ps.trap != nil && rt.policy.Mode != policy.ModeShadow {
-		if handled, err := c.executeTrapped(rt, ps); handled {
+	if ps.trap != nil && (rt.policy.Mode != policy.ModeShadow || ps.typesStale) {
+		if handled, err := c.executeTrapped(rt, ps, rt.policy.Mode != policy.ModeShadow); handled {
 			return err
 		}
 	}
