@@ -71,44 +71,11 @@ func TestRowLeasePreparedUnpinned(t *testing.T) {
 				acme := e.acquire(t, "invoice:acme", time.Minute)
 				c := e.session(t)
 				setFence(t, c, acme)
-				records, counted := 0, 0.0
+				var tally unpinnedTally
 				for _, tc := range preparedUnpinnedCases {
 					reseed(t, e)
 					n, err := execAffected(c, tc.q, tc.args...)
-					want := tc.rows
-					switch {
-					case tc.other && onStale == "error":
-						var me *mysql.MySQLError
-						if !errors.As(err, &me) || me.Number != 1644 || !strings.Contains(me.Message, "another lease") {
-							t.Fatalf("%s: %v, want ERR 1644 saying the rows belong to another lease", tc.name, err)
-						}
-						want = seeded
-					case err != nil:
-						t.Fatalf("%s: %v", tc.name, err)
-					case n != tc.zeroRows:
-						t.Fatalf("%s: %d rows affected, want %d", tc.name, n, tc.zeroRows)
-					}
-					if got := e.invoiceRows(t); got != want {
-						t.Fatalf("%s: rows %s, want %s", tc.name, got, want)
-					}
-					if tc.other {
-						records++
-					}
-					recs := e.auditRecords(t)
-					if got := countReason(recs, audit.RowLeaseMismatch); got != records {
-						t.Fatalf("%s: %d row_lease_mismatch records, want %d", tc.name, got, records)
-					}
-					if tc.other {
-						r := recs[len(recs)-1]
-						if r.Outcome != onStale || r.Lease != "invoice:acme" || r.Table != e.db+".invoice_rows" || r.PresentedOwner != "" {
-							t.Fatalf("%s: record %+v: want outcome %s, lease invoice:acme, no owner", tc.name, r, onStale)
-						}
-						counted++
-					}
-					if got := series(t, e.proxy.Reg, "fenceproxy_stale_writes_rejected_total",
-						map[string]string{"reason": audit.RowLeaseMismatch}); got != counted {
-						t.Fatalf("%s: stale_writes_rejected_total{reason=row_lease_mismatch} = %v, want %v", tc.name, got, counted)
-					}
+					tally.check(t, e, onStale, tc.name, tc.other, tc.rows, tc.zeroRows, n, err)
 				}
 				// The session goes on.
 				reseed(t, e)

@@ -85,51 +85,14 @@ func TestRowLeaseUnpinned(t *testing.T) {
 				acme := e.acquire(t, "invoice:acme", time.Minute)
 				c := e.session(t)
 				setFence(t, c, acme)
-				records, counted := 0, 0.0
+				var tally unpinnedTally
 				for _, tc := range unpinnedCases {
 					if tc.limited && eng == engTiDB {
 						tc.other = false
 					}
 					reseed(t, e)
 					n, err := execAffected(c, tc.q)
-					want := tc.rows
-					switch {
-					case tc.other && onStale == "error":
-						var me *mysql.MySQLError
-						if !errors.As(err, &me) || me.Number != 1644 || !strings.Contains(me.Message, "another lease") {
-							t.Fatalf("%s: %v, want ERR 1644 saying the rows belong to another lease", tc.name, err)
-						}
-						want = seeded
-					case err != nil:
-						t.Fatalf("%s: %v", tc.name, err)
-					case n != tc.zeroRows:
-						t.Fatalf("%s: %d rows affected, want %d", tc.name, n, tc.zeroRows)
-					}
-					if got := e.invoiceRows(t); got != want {
-						t.Fatalf("%s: rows %s, want %s", tc.name, got, want)
-					}
-					if tc.other {
-						records++
-					}
-					recs := e.auditRecords(t)
-					if got := countReason(recs, audit.RowLeaseMismatch); got != records {
-						t.Fatalf("%s: %d row_lease_mismatch records, want %d", tc.name, got, records)
-					}
-					if tc.other {
-						r := recs[len(recs)-1]
-						wantOutcome := onStale
-						if r.Reason != audit.RowLeaseMismatch || r.Outcome != wantOutcome || r.Lease != "invoice:acme" ||
-							r.Table != e.db+".invoice_rows" || r.PresentedOwner != "" || strings.Contains(r.Digest, "'") ||
-							strings.Contains(r.Digest, "beta") {
-							t.Fatalf("%s: record %+v: want row_lease_mismatch, outcome %s, lease invoice:acme, no owner, no literal",
-								tc.name, r, wantOutcome)
-						}
-						counted++
-					}
-					if got := series(t, e.proxy.Reg, "fenceproxy_stale_writes_rejected_total",
-						map[string]string{"reason": audit.RowLeaseMismatch}); got != counted {
-						t.Fatalf("%s: stale_writes_rejected_total{reason=row_lease_mismatch} = %v, want %v", tc.name, got, counted)
-					}
+					tally.check(t, e, onStale, tc.name, tc.other, tc.rows, tc.zeroRows, n, err)
 				}
 			})
 		}
@@ -307,4 +270,56 @@ func TestRowLeaseUnpinnedNotInnoDB(t *testing.T) {
 			t.Fatalf("%d row_lease_mismatch records, want none (no trap on MyISAM)", n)
 		}
 	})
+}
+
+// unpinnedTally checks unpinned writes one after another in one session:
+// each answer and the table's contents, and the row_lease_mismatch records
+// and metric, which add up over the writes.
+type unpinnedTally struct {
+	records int
+	counted float64
+}
+
+// check checks one write that answered n, err: other says whether it met
+// another lease's row (then ERR 1644 and nothing changed under error, a
+// record with the fence's lease and no owner or literal); rows and
+// zeroRows are the contents and affected rows under zero_rows.
+func (u *unpinnedTally) check(t *testing.T, e *fencedEnv, onStale, name string, other bool, rows string, zeroRows, n int64, err error) {
+	t.Helper()
+	want := rows
+	switch {
+	case other && onStale == "error":
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1644 || !strings.Contains(me.Message, "another lease") {
+			t.Fatalf("%s: %v, want ERR 1644 saying the rows belong to another lease", name, err)
+		}
+		want = seeded
+	case err != nil:
+		t.Fatalf("%s: %v", name, err)
+	case n != zeroRows:
+		t.Fatalf("%s: %d rows affected, want %d", name, n, zeroRows)
+	}
+	if got := e.invoiceRows(t); got != want {
+		t.Fatalf("%s: rows %s, want %s", name, got, want)
+	}
+	if other {
+		u.records++
+	}
+	recs := e.auditRecords(t)
+	if got := countReason(recs, audit.RowLeaseMismatch); got != u.records {
+		t.Fatalf("%s: %d row_lease_mismatch records, want %d", name, got, u.records)
+	}
+	if other {
+		r := recs[len(recs)-1]
+		if r.Reason != audit.RowLeaseMismatch || r.Outcome != onStale || r.Lease != "invoice:acme" ||
+			r.Table != e.db+".invoice_rows" || r.PresentedOwner != "" || strings.Contains(r.Digest, "'") ||
+			strings.Contains(r.Digest, "beta") {
+			t.Fatalf("%s: record %+v: want row_lease_mismatch, outcome %s, lease invoice:acme, no owner, no literal", name, r, onStale)
+		}
+		u.counted++
+	}
+	if got := series(t, e.proxy.Reg, "fenceproxy_stale_writes_rejected_total",
+		map[string]string{"reason": audit.RowLeaseMismatch}); got != u.counted {
+		t.Fatalf("%s: stale_writes_rejected_total{reason=row_lease_mismatch} = %v, want %v", name, got, u.counted)
+	}
 }
