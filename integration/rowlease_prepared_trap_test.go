@@ -164,29 +164,13 @@ func TestRowLeasePreparedUnpinnedWire(t *testing.T) {
 				setFence()
 				prepare := func() uint32 {
 					t.Helper()
-					if err := w.send(append([]byte{comStmtPrepare}, "UPDATE invoice_rows SET amount = ? WHERE id = ?"...)); err != nil {
-						t.Fatal(err)
-					}
-					r, id, params, err := w.readPrepare()
-					if err != nil || r.err() != nil || params != 2 {
-						t.Fatalf("prepare: %v %v (%d params)", err, r.err(), params)
-					}
-					return id
+					return wirePrepare(t, w, "UPDATE invoice_rows SET amount = ? WHERE id = ?", 2)
 				}
 				id := prepare()
 				exec := func(pkt []byte) string {
 					t.Helper()
-					if err := w.send(pkt); err != nil {
-						t.Fatal(err)
-					}
-					r, err := w.readResults(false)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if we := r.err(); we != nil {
-						return strconv.Itoa(int(we.Code))
-					}
-					return strconv.FormatUint(okAffectedRows(r.last()), 10)
+					answer, _ := wireExecute(t, w, pkt)
+					return answer
 				}
 				typed := func(amount, row int64) []byte {
 					return executePacket(id, 0, []stmtParam{intParam(amount), intParam(row)})
@@ -391,26 +375,14 @@ func TestRowLeasePreparedUnpinnedStaleTypes(t *testing.T) {
 	}
 	defer w.Close()
 	w.mustQuery(t, "SET @fence_lease = '"+acme.Name+"', @fence_owner = '"+acme.Owner+"', @fence_token = "+strconv.FormatUint(acme.Token, 10))
-	if err := w.send(append([]byte{comStmtPrepare}, "UPDATE invoice_rows SET amount = ? WHERE id = ?"...)); err != nil {
-		t.Fatal(err)
-	}
-	r, id, params, err := w.readPrepare()
-	if err != nil || r.err() != nil || params != 2 {
-		t.Fatalf("prepare: %v %v (%d params)", err, r.err(), params)
-	}
+	id := wirePrepare(t, w, "UPDATE invoice_rows SET amount = ? WHERE id = ?", 2)
 	exec := func(pkt []byte) string {
 		t.Helper()
-		if err := w.send(pkt); err != nil {
-			t.Fatal(err)
+		answer, msg := wireExecute(t, w, pkt)
+		if msg != "" {
+			return answer + " " + msg
 		}
-		r, err := w.readResults(false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if we := r.err(); we != nil {
-			return strconv.Itoa(int(we.Code)) + " " + we.Msg
-		}
-		return strconv.FormatUint(okAffectedRows(r.last()), 10)
+		return answer
 	}
 	untyped := func(pad int) []byte {
 		b := executePacket(id, 0, nil)
@@ -446,4 +418,35 @@ func TestRowLeasePreparedUnpinnedStaleTypes(t *testing.T) {
 	if rows, want := e.invoiceRows(t), "1:acme:11 2:acme:12 3:beta:30 4:beta:40"; rows != want {
 		t.Fatalf("rows %s, want %s", rows, want)
 	}
+}
+
+// wirePrepare prepares text on w and returns the statement id; the server
+// must count params parameters.
+func wirePrepare(t *testing.T, w *wireConn, text string, params int) uint32 {
+	t.Helper()
+	if err := w.send(append([]byte{comStmtPrepare}, text...)); err != nil {
+		t.Fatal(err)
+	}
+	r, id, n, err := w.readPrepare()
+	if err != nil || r.err() != nil || n != params {
+		t.Fatalf("prepare: %v %v (%d params, want %d)", err, r.err(), n, params)
+	}
+	return id
+}
+
+// wireExecute sends an execution packet on w and returns its answer: the
+// affected rows of its OK, or the code of its ERR and the ERR's message.
+func wireExecute(t *testing.T, w *wireConn, pkt []byte) (answer, msg string) {
+	t.Helper()
+	if err := w.send(pkt); err != nil {
+		t.Fatal(err)
+	}
+	r, err := w.readResults(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if we := r.err(); we != nil {
+		return strconv.Itoa(int(we.Code)), we.Msg
+	}
+	return strconv.FormatUint(okAffectedRows(r.last()), 10), ""
 }
