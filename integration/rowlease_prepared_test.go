@@ -282,8 +282,11 @@ func TestRowLeasePreparedWire(t *testing.T) {
 // the template columns to placeholders is aimed at the lease its bound
 // values name: aimed at another lease's rows it is a row_lease_mismatch
 // rejection (audited; ERR 1644 under on_stale: error), as with literals.
-// An execution whose lease cannot be computed (NULL) goes on as a WHERE
-// that pins nothing: the per-row condition fences the rows.
+// A template column bound to NULL matches no row, and the execution runs
+// as sent (0 rows, no rejection); one bound to a value whose lease the
+// proxy cannot compute (a DOUBLE, which the server compares as a number,
+// '3' and '3.0' alike) is refused, saying so: its rows would be skipped
+// unaudited.
 func TestRowLeasePreparedPinned(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, eng string) {
 		for _, onStale := range []string{"", "error"} {
@@ -296,6 +299,11 @@ func TestRowLeasePreparedPinned(t *testing.T) {
 			del := "DELETE FROM invoice_rows WHERE id = ? AND customer_id = ?"
 			mustAffect(t, c, 1, upd, 11, "acme", 1)
 			mustAffect(t, c, 0, upd, 11, nil, 1) // no lease: 0 rows, not a rejection
+			var me *mysql.MySQLError
+			if _, err := c.ExecContext(context.Background(), upd, 11, 3.0, 3); !errors.As(err, &me) || me.Number != 1148 ||
+				!strings.Contains(me.Message, "DOUBLE") {
+				t.Fatalf("a DOUBLE bound to customer_id: %v, want ERR 1148 naming the type", err)
+			}
 			for _, w := range []struct {
 				q    string
 				args []any

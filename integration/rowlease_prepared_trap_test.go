@@ -213,15 +213,15 @@ func TestRowLeasePreparedUnpinnedWire(t *testing.T) {
 					{name: "untyped after a trap, another lease's row", pkt: func() []byte { return noTypes(14, 4) }, want: rejected, trap: true},
 					{name: "untyped, the lease's row again", pkt: func() []byte { return noTypes(15, 1) }, want: "1",
 						after: func() {
-							// Long data for amount: the execution goes out as
-							// the client's, without the trap.
+							// Long data for amount: the trap cannot repeat
+							// it, and the execution is refused.
 							if err := w.send(append(stmtCmd(comStmtSendLongData, id, 0, 0), "16"...)); err != nil {
 								t.Fatal(err)
 							}
 						}},
-					{name: "long data, another lease's row: no trap", pkt: func() []byte {
+					{name: "long data, another lease's row: refused", pkt: func() []byte {
 						return executePacket(id, 0, []stmtParam{longDataParam(), intParam(3)})
-					}, want: "0", after: func() {
+					}, want: "1148", after: func() {
 						if err := w.send(stmtCmd(comStmtReset, id)); err != nil {
 							t.Fatal(err)
 						}
@@ -274,9 +274,10 @@ func TestRowLeasePreparedUnpinnedWire(t *testing.T) {
 
 // TestRowLeasePreparedUnpinnedStmtLimit: the trapped variant counts
 // against the server's max_prepared_stmt_count. When the server refuses
-// it, the client's statement (which it prepared) runs without the trap,
-// as before: a row of another lease is skipped, unaudited; prepared again
-// under a higher limit it has the trap.
+// it, the client's statement (which it prepared) is refused at every
+// execution, saying why, with a refusal record and no row changed:
+// without the trap it would skip a row of another lease unaudited.
+// Prepared again under a higher limit it has the trap.
 func TestRowLeasePreparedUnpinnedStmtLimit(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, eng string) {
 		e := rowLeaseEnv(t, eng, "error")
@@ -301,16 +302,33 @@ func TestRowLeasePreparedUnpinnedStmtLimit(t *testing.T) {
 			}
 			held = append(held, st)
 		}
+		// COM_STMT_CLOSE has no reply: a ping on the same connection
+		// waits until the server has freed the statement, before the
+		// client's prepare arrives on another connection.
 		held[0].Close()
-		const q = "UPDATE invoice_rows SET amount = ? WHERE id = ?"
-		if got, err := execAffected(c, q, 0, 3); err != nil || got != 0 {
-			t.Fatalf("at the limit, another lease's row: %d rows, %v; want 0 rows, no error", got, err)
+		if err := direct.PingContext(context.Background()); err != nil {
+			t.Fatal(err)
 		}
-		if got := countReason(e.auditRecords(t), audit.RowLeaseMismatch); got != 0 {
+		const q = "UPDATE invoice_rows SET amount = ? WHERE id = ?"
+		for _, row := range []int{3, 1} {
+			var me *mysql.MySQLError
+			if _, err := execAffected(c, q, 0, row); !errors.As(err, &me) || me.Number != 1148 ||
+				!strings.Contains(me.Message, "max_prepared_stmt_count") {
+				t.Fatalf("at the limit, row %d: %v, want ERR 1148 naming max_prepared_stmt_count", row, err)
+			}
+		}
+		recs := e.auditRecords(t)
+		if got := countReason(recs, audit.RowLeaseMismatch); got != 0 {
 			t.Fatalf("at the limit: %d row_lease_mismatch records, want 0", got)
+		}
+		if got := countReason(recs, audit.Refused); got != 2 {
+			t.Fatalf("at the limit: %d refused records, want 2", got)
 		}
 		for _, st := range held[1:] {
 			st.Close()
+		}
+		if err := direct.PingContext(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 		var me *mysql.MySQLError
 		if _, err := execAffected(c, q, 0, 3); !errors.As(err, &me) || me.Number != 1644 {
@@ -396,8 +414,8 @@ func TestRowLeasePreparedUnpinnedStaleTypes(t *testing.T) {
 	if got := exec(executePacket(id, 0, []stmtParam{intParam(11), intParam(1)})); got != "1" {
 		t.Fatalf("typed execution: %s", got)
 	}
-	// Larger than the proxy reads (16 MiB and more), no types: refused.
-	if got := exec(untyped(17 << 20)); !strings.HasPrefix(got, "1148 ") || !strings.Contains(got, "binds no parameter types") {
+	// Larger than the proxy reads (16 MiB and more): refused.
+	if got := exec(untyped(17 << 20)); !strings.HasPrefix(got, "1148 ") || !strings.Contains(got, "larger than fenceproxy reads") {
 		t.Fatalf("a large untyped execution after the trapped variant's: %s, want the proxy's refusal", got)
 	}
 	// Read by the proxy, no types: the client's last types go with it.

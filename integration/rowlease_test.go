@@ -148,8 +148,14 @@ func TestRowLeaseUpdateDelete(t *testing.T) {
 		// Placeholders (COM_STMT_PREPARE / EXECUTE).
 		mustAffect(t, c, 1, "UPDATE invoice_rows SET amount = ? WHERE id = ?", 5, 1)
 		mustAffect(t, c, 0, "UPDATE invoice_rows SET amount = ? WHERE id = ?", 5, 4)
-		// ORDER BY / LIMIT across leases: the limit counts fenced rows.
-		mustAffect(t, c, 1, "UPDATE invoice_rows SET amount = 7 WHERE id >= 2 ORDER BY id DESC LIMIT 1")
+		// ORDER BY with LIMIT: the rows past the limit cannot be checked,
+		// so an unpinned one is refused; pinned, it runs.
+		var me *mysql.MySQLError
+		if _, err := c.ExecContext(context.Background(), "UPDATE invoice_rows SET amount = 7 WHERE id >= 2 ORDER BY id DESC LIMIT 1"); !errors.As(err, &me) ||
+			me.Number != 1148 || !strings.Contains(me.Message, "pin the lease") {
+			t.Fatalf("unpinned ORDER BY with LIMIT: %v, want ERR 1148 saying to pin the lease", err)
+		}
+		mustAffect(t, c, 1, "UPDATE invoice_rows SET amount = 7 WHERE customer_id = 'acme' AND id >= 2 ORDER BY id DESC LIMIT 1")
 		if got, want := e.invoiceRows(t), "1:acme:5 2:acme:7 3:beta:30 4:beta:40"; got != want {
 			t.Fatalf("after keyed UPDATEs: %s, want %s", got, want)
 		}

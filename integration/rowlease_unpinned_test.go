@@ -25,9 +25,8 @@ import (
 type unpinnedCase struct {
 	name string
 	q    string
-	// other: the WHERE matches a row of another lease. limited: only
-	// where a LIMIT is trapped (not on TiDB, where the write skips the
-	// other lease's rows unaudited, as before).
+	// other: the WHERE matches a row of another lease. limited: it has
+	// LIMIT, which TiDB reads in no fixed order: refused there.
 	other, limited bool
 	// zeroRows: affected rows and contents under on_stale: zero_rows.
 	zeroRows int64
@@ -59,8 +58,8 @@ var unpinnedCases = []unpinnedCase{
 	{name: "update ordered, without LIMIT", q: "UPDATE invoice_rows SET amount = amount + 1 WHERE id > 1 ORDER BY id DESC", other: true,
 		zeroRows: 1, rows: "1:acme:10 2:acme:21 3:beta:30 4:beta:40"},
 	// The primary key (customer_id, id) reads acme's rows first.
-	{name: "delete with a LIMIT the lease's rows reach", q: "DELETE FROM invoice_rows WHERE amount > 0 LIMIT 2", zeroRows: 2,
-		rows: "3:beta:30 4:beta:40"},
+	{name: "delete with a LIMIT the lease's rows reach", q: "DELETE FROM invoice_rows WHERE amount > 0 LIMIT 2", limited: true,
+		zeroRows: 2, rows: "3:beta:30 4:beta:40"},
 	{name: "delete with a LIMIT that reaches another lease's row", q: "DELETE FROM invoice_rows WHERE amount > 0 LIMIT 3",
 		other: true, limited: true, zeroRows: 2, rows: "3:beta:30 4:beta:40"},
 }
@@ -87,11 +86,18 @@ func TestRowLeaseUnpinned(t *testing.T) {
 				setFence(t, c, acme)
 				var tally unpinnedTally
 				for _, tc := range unpinnedCases {
-					if tc.limited && eng == engTiDB {
-						tc.other = false
-					}
 					reseed(t, e)
 					n, err := execAffected(c, tc.q)
+					if tc.limited && eng == engTiDB {
+						var me *mysql.MySQLError
+						if !errors.As(err, &me) || me.Number != 1148 || !strings.Contains(me.Message, "LIMIT") {
+							t.Fatalf("%s: %v, want ERR 1148 naming LIMIT", tc.name, err)
+						}
+						if got := e.invoiceRows(t); got != seeded {
+							t.Fatalf("%s: rows %s, want %s", tc.name, got, seeded)
+						}
+						continue
+					}
 					tally.check(t, e, onStale, tc.name, tc.other, tc.rows, tc.zeroRows, n, err)
 				}
 			})
@@ -248,8 +254,8 @@ func TestRowLeaseUnpinnedMultiStatement(t *testing.T) {
 
 // TestRowLeaseUnpinnedNotInnoDB: on a MyISAM table a failed statement
 // keeps the rows it changed before the error, so the per-row condition
-// has no trap there: an unpinned write changes the lease's rows once and
-// skips the others, unaudited, as before.
+// can carry no trap there: an unpinned write is refused, saying so, and
+// changes nothing; with the lease pinned in its WHERE it runs.
 func TestRowLeaseUnpinnedNotInnoDB(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, eng string) {
 		notOn(t, eng, "Galera replicates InnoDB tables only, and TiDB has no other engine", engGalera, engTiDB)
@@ -262,12 +268,20 @@ func TestRowLeaseUnpinnedNotInnoDB(t *testing.T) {
 		acme := e.acquire(t, "invoice:acme", time.Minute)
 		c := e.session(t)
 		setFence(t, c, acme)
-		mustAffect(t, c, 1, "UPDATE myisam_rows SET amount = amount + 1 WHERE id IN (1, 3)")
+		var me *mysql.MySQLError
+		if _, err := c.ExecContext(context.Background(), "UPDATE myisam_rows SET amount = amount + 1 WHERE id IN (1, 3)"); !errors.As(err, &me) ||
+			me.Number != 1148 || !strings.Contains(me.Message, "not InnoDB") {
+			t.Fatalf("unpinned: %v, want ERR 1148 saying the table is not InnoDB", err)
+		}
+		mustAffect(t, c, 1, "UPDATE myisam_rows SET amount = amount + 1 WHERE customer_id = 'acme' AND id IN (1, 3)")
 		if got := queryString(t, e.root, "SELECT GROUP_CONCAT(customer_id, ':', amount ORDER BY id) FROM myisam_rows"); got != "acme:11,beta:30" {
 			t.Fatalf("rows %s, want acme:11,beta:30", got)
 		}
 		if n := countReason(e.auditRecords(t), audit.RowLeaseMismatch); n != 0 {
 			t.Fatalf("%d row_lease_mismatch records, want none (no trap on MyISAM)", n)
+		}
+		if n := countReason(e.auditRecords(t), audit.Refused); n != 1 {
+			t.Fatalf("%d refused records, want 1", n)
 		}
 	})
 }

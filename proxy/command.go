@@ -42,6 +42,9 @@ type preparedStmt struct {
 	// for this statement than the client bound last.
 	trap       *trapStmt
 	typesStale bool
+	// trapLost: why the proxy has no trapped variant for a statement that
+	// needs one; its executions are refused (shadow mode: relayed).
+	trapLost string
 }
 
 // commandSpec is what the proxy does with one command byte. Every byte it

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -22,9 +23,11 @@ import (
 // values of the WHERE's placeholders, every type bound. When the trap
 // fires, the server rolled T back; the proxy audits it (Tracker.TrapErr)
 // and answers ERR 1644, or under zero_rows executes S, which changes the
-// rows of the lease only. Where the proxy cannot build T's execution (long
-// data sent for S, a value type it does not decode, an execution larger
-// than it reads), S runs as sent, without the trap.
+// rows of the lease only. Where the proxy has no T (the server refused to
+// prepare it) or cannot build T's execution (long data sent for S, a value
+// type it does not decode, an execution larger than it reads), the
+// execution is refused: S alone would skip the rows of other leases with
+// no record.
 //
 // T lives and dies with S: COM_STMT_CLOSE of S closes it, a session reset
 // drops both on the server and in the proxy, and its id is no statement
@@ -45,28 +48,32 @@ type trapStmt struct {
 }
 
 // discardPrepare reads the answer to the proxy's own COM_STMT_PREPARE,
-// which the client never sees.
-type discardPrepare clientConn
+// which the client never sees, keeping an error's code.
+type discardPrepare struct {
+	c       *clientConn
+	errCode uint16
+}
 
 func (h *discardPrepare) Prepared(_ wire.Prepared, n int) error {
-	h.backend.DiscardPacket(n)
+	h.c.backend.DiscardPacket(n)
 	return nil
 }
 
-func (h *discardPrepare) Err(_ []byte, n int, _ bool) error {
-	h.backend.DiscardPacket(n)
+func (h *discardPrepare) Err(p []byte, n int, _ bool) error {
+	h.errCode = wire.ParseErr(p).Code
+	h.c.backend.DiscardPacket(n)
 	return nil
 }
 
 func (h *discardPrepare) Def() error {
-	_, err := h.backend.SkipPacket()
+	_, err := h.c.backend.SkipPacket()
 	return err
 }
 
 // prepareTrap prepares T for ps, just prepared from sent (the text the
-// server holds for S). T is left out (S runs without a trap, as before)
-// when the server refuses it (max_prepared_stmt_count) or counts other
-// parameters than the proxy.
+// server holds for S). Without T (the server refused it, say at
+// max_prepared_stmt_count, or counts other parameters than the proxy)
+// ps.trapLost says why, and its executions are refused.
 func (c *clientConn) prepareTrap(rt *runtime, ps *preparedStmt, sent []byte) error {
 	f := ps.stmt.Fence
 	if rt.policy.Mode == policy.ModeShadow || !ps.fenced || ps.stmt.Kind != rewrite.Write || f == nil || f.Trap == nil ||
@@ -75,6 +82,7 @@ func (c *clientConn) prepareTrap(rt *runtime, ps *preparedStmt, sent []byte) err
 	}
 	text := f.Trap.Trapped(sent)
 	if text == nil || len(text) >= wire.MaxPayload {
+		ps.trapLost = "its check of each row would be longer than a packet"
 		return nil
 	}
 	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_PREPARE}, text); err != nil {
@@ -83,15 +91,36 @@ func (c *clientConn) prepareTrap(rt *runtime, ps *preparedStmt, sent []byte) err
 	if err := c.backend.Flush(); err != nil {
 		return err
 	}
-	p, ok, err := c.walker().Prepare((*discardPrepare)(c))
-	if err != nil || !ok {
+	h := &discardPrepare{c: c}
+	p, ok, err := c.walker().Prepare(h)
+	if err != nil {
 		return err
 	}
+	if !ok {
+		ps.trapLost = fmt.Sprintf("the server refused to prepare fenceproxy's check of each row beside it (ERR %d; "+
+			"at max_prepared_stmt_count, close statements or raise it), then prepare it again", h.errCode)
+		return nil
+	}
 	if int(p.Params) != ps.params+f.Trap.Params {
+		ps.trapLost = fmt.Sprintf("the server counts %d placeholders in fenceproxy's check of each row and fenceproxy %d",
+			p.Params, ps.params+f.Trap.Params)
 		return c.closeServerStmt(p.StmtID, true)
 	}
 	ps.trap = &trapStmt{id: p.StmtID, params: f.Trap.Params}
 	return nil
+}
+
+// trapRefusal refuses an execution of ps, an UPDATE or DELETE whose WHERE
+// pins no lease, that cannot run with its trap (why).
+func trapRefusal(ps *preparedStmt, why string) *rewrite.Refusal {
+	table := ""
+	if f := ps.stmt.Fence; f != nil && len(f.Targets) > 0 {
+		table = f.Targets[0].Schema + "." + f.Targets[0].Table
+	}
+	return &rewrite.Refusal{Table: table, Reason: "this table's lease is a template over its columns, so each row is fenced " +
+		"under its own lease; this statement does not name the lease of the rows it changes in its WHERE, and fenceproxy " +
+		"cannot check each row this execution meets because " + why + ", so rows of other leases would be skipped " +
+		"without a record; pin the lease in the WHERE (every column of the template = a literal or a placeholder)"}
 }
 
 // closeServerStmt sends COM_STMT_CLOSE of a statement the proxy prepared,
@@ -110,9 +139,10 @@ func (c *clientConn) closeServerStmt(id uint32, flush bool) error {
 
 // executeTrapped runs an execution of ps as an execution of its trapped
 // variant (trap), or of ps itself with the types the server must be given
-// again (shadow mode, after executions of T). handled is false when it
-// left the packet unread, for the caller to run as any other execution (no
-// trap): one larger than the proxy reads, unless it binds no types while
+// again (shadow mode, after executions of T). An execution that cannot run
+// as T's is refused (trapRefusal). handled is false when it left the
+// packet unread, for the caller to run as any other execution: in shadow
+// mode, one larger than the proxy reads, unless it binds no types while
 // the server's types for S are stale: that one is refused (the server
 // would read its values with other types).
 func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (handled bool, err error) {
@@ -120,6 +150,15 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 	n, _, err := c.client.PeekHeader()
 	if err != nil {
 		return true, err
+	}
+	refuse := func(why string) error {
+		return c.fence.Refuse(rt.fenceRT(), trapRefusal(ps, why), ps.text)
+	}
+	if trap && (n == wire.MaxPayload || n-1 > limit) {
+		if _, err := c.client.SkipPacket(); err != nil {
+			return true, err
+		}
+		return true, refuse(fmt.Sprintf("this execution is larger than fenceproxy reads (%d bytes, limits.max_query_bytes)", limit))
 	}
 	if n == wire.MaxPayload || n-1 > limit {
 		nb := (ps.params + 7) / 8
@@ -152,23 +191,27 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 	} else if payload, c.x.cmdSeq, err = c.client.ReadPacket(nil, limit); err != nil {
 		return true, err
 	}
-	plain := c.plainExecute(ps, payload)
 	if !trap {
-		return true, c.runTrapped(rt, ps, plain, nil)
+		return true, c.runTrapped(rt, ps, c.plainExecute(ps, payload), nil)
 	}
 	if ps.longData {
 		// The values sent as long data are not in the packet, and T
-		// holds none: S as sent, without the trap.
-		return true, c.runTrapped(rt, ps, plain, nil)
+		// holds none.
+		return true, refuse("long data was sent for this statement (COM_STMT_SEND_LONG_DATA), which fenceproxy cannot " +
+			"repeat for its check; bind every value in the execution (or COM_STMT_RESET the statement first)")
 	}
 	_, types, raw, derr := decodeParams(payload, ps.params, ps.types, func(int) bool { return false })
-	if derr != nil || ps.trap.params > ps.params {
-		return true, c.runTrapped(rt, ps, plain, nil)
+	if derr != nil {
+		return true, refuse("fenceproxy cannot read the values bound to this execution: " + derr.Error())
+	}
+	if ps.trap.params > ps.params {
+		return true, refuse("the server counts fewer placeholders in this statement than its WHERE holds")
 	}
 	trapped := buildExecute(payload, ps.trap.id, ps.params, ps.trap.params, types, raw)
 	if len(trapped) >= wire.MaxPayload {
-		return true, c.runTrapped(rt, ps, plain, nil)
+		return true, refuse("this execution with its check would be longer than a packet")
 	}
+	plain := c.plainExecute(ps, payload)
 	ps.types = types
 	return true, c.runTrapped(rt, ps, trapped, plain)
 }
@@ -179,33 +222,26 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 // last (typesStale), with those types bound. It notes the types an
 // execution that binds them binds.
 func (c *clientConn) plainExecute(ps *preparedStmt, payload []byte) []byte {
-	nb := (ps.params + 7) / 8
-	if ps.params == 0 || len(payload) <= 10+nb {
+	if ps.params == 0 {
 		return payload
 	}
-	switch payload[10+nb] {
-	case 1:
-		if len(payload) >= 10+nb+1+2*ps.params {
-			types := make([]uint16, ps.params)
-			for i := range types {
-				types[i] = binary.LittleEndian.Uint16(payload[10+nb+1+2*i:])
-			}
-			ps.types = types
-		}
+	h, err := readExecuteHeader(payload, ps.params)
+	switch {
+	case err != nil:
+		return payload // the server answers it
+	case h.bound:
+		ps.types = h.types
 		return payload
-	case 0:
-		if !ps.typesStale || len(ps.types) != ps.params {
-			return payload
-		}
-		out := make([]byte, 0, len(payload)+2*ps.params)
-		out = append(out, payload[:10+nb]...)
-		out = append(out, 1)
-		for _, t := range ps.types {
-			out = binary.LittleEndian.AppendUint16(out, t)
-		}
-		return append(out, payload[10+nb+1:]...)
+	case !ps.typesStale || len(ps.types) != ps.params:
+		return payload
 	}
-	return payload
+	out := make([]byte, 0, len(payload)+2*ps.params)
+	out = append(out, payload[:h.flagAt]...)
+	out = append(out, 1)
+	for _, t := range ps.types {
+		out = binary.LittleEndian.AppendUint16(out, t)
+	}
+	return append(out, h.values...)
 }
 
 // buildExecute is a COM_STMT_EXECUTE of statement id with n+k parameters

@@ -49,29 +49,18 @@ func withRowLease(st rewrite.Stmt, i int, l string) rewrite.Stmt {
 }
 
 // executeRowParams runs COM_STMT_EXECUTE of a prepared write whose rows'
-// lease follows from its bound values (target ti of ps.stmt). handled is
-// false when it left the packet unread for the caller to run as any
-// other execution: a pinned lease (an UPDATE's or DELETE's, see
-// rewrite.RowParams.Pinned) in an execution larger than the proxy reads.
-func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) (handled bool, err error) {
+// lease follows from its bound values (target ti of ps.stmt). An
+// execution whose lease the proxy cannot compute is refused, a pinned
+// UPDATE's or DELETE's (rewrite.RowParams.Pinned) too: its per-row
+// condition alone would skip the rows of other leases with no record.
+func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) error {
 	rp := ps.stmt.Fence.Targets[ti].RowParams
-	pinned := rp.Pinned()
 	limit := max(rt.cfg.Limits.MaxQueryBytes, wire.MaxWholePacket)
-	if pinned {
-		n, _, err := c.client.PeekHeader()
-		if err != nil {
-			return true, err
-		}
-		if n == wire.MaxPayload || n-1 > limit {
-			ps.types = nil // the server may get types the proxy did not read
-			return false, nil
-		}
-	}
 	var payload []byte
 	inPlace := false
 	pkt, ok, err := c.client.PeekPacket()
 	if err != nil {
-		return true, err
+		return err
 	}
 	if ok {
 		payload, inPlace = pkt[wire.HeaderLen:], true
@@ -79,11 +68,11 @@ func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) (ha
 		payload, c.x.cmdSeq, err = c.client.ReadPacket(c.buf[:0], limit)
 		if errors.Is(err, wire.ErrTooLarge) {
 			// The packet was consumed whole; the stream is in sync.
-			return true, c.fence.Refuse(rt.fenceRT(), c.rowParamsRefusal(ps, ti, fmt.Sprintf("this execution is larger than fenceproxy "+
+			return c.fence.Refuse(rt.fenceRT(), c.rowParamsRefusal(ps, ti, fmt.Sprintf("this execution is larger than fenceproxy "+
 				"reads to find the values bound to the lease template's columns (%d bytes, limits.max_query_bytes)", limit)), ps.text)
 		}
 		if err != nil {
-			return true, err
+			return err
 		}
 		if cap(payload) <= maxKeptBuffer {
 			c.buf = payload[:0]
@@ -105,15 +94,15 @@ func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) (ha
 		vals, types, err = decodeExecute(payload, ps.params, ps.types, rp.Uses)
 		if err != nil {
 			why = "fenceproxy cannot read the values bound to this execution: " + err.Error()
-		} else {
-			l, why = rp.Lease(vals)
+		} else if l, why = rp.Lease(vals); why != "" && rp.Pinned() && pinsNull(rp, vals) {
+			// A template column = NULL matches no row: there is no row
+			// of another lease to skip, and the write runs as sent.
+			why = ""
 		}
 	}
 	st := ps.stmt
 	if why == "" {
 		st = withRowLease(ps.stmt, ti, l)
-	} else if pinned {
-		why = "" // the per-row condition fences the rows; only the verdict on 0 rows lacks the lease
 	}
 	// The server holds the types of an execution it received, for the
 	// next one that sends none (nil: not read, the next one must send
@@ -122,7 +111,7 @@ func (c *clientConn) executeRowParams(rt *runtime, ps *preparedStmt, ti int) (ha
 		ps.types = types
 		return c.sendOriginal(payload, inPlace)
 	}
-	return true, c.runRowParams(rt, ps, ti, st, why, send, drop)
+	return c.runRowParams(rt, ps, ti, st, why, send, drop)
 }
 
 // runRowParams sends (or refuses, why) an execution of ps as st.
@@ -167,6 +156,17 @@ func (c *clientConn) runRowParams(rt *runtime, ps *preparedStmt, ti int, st rewr
 	return t.Finish()
 }
 
+// pinsNull reports whether a template column's placeholder is bound to
+// NULL.
+func pinsNull(rp *rewrite.RowParams, vals []rewrite.BoundValue) bool {
+	for i, v := range vals {
+		if v.Null && rp.Uses(i) {
+			return true
+		}
+	}
+	return false
+}
+
 // rowParamsRefusal refuses an execution of ps whose rows' lease the proxy
 // cannot compute.
 func (c *clientConn) rowParamsRefusal(ps *preparedStmt, ti int, why string) *rewrite.Refusal {
@@ -189,42 +189,74 @@ func decodeExecute(p []byte, n int, prev []uint16, want func(int) bool) (vals []
 	return vals, types, err
 }
 
+var errExecuteShort = errors.New("the packet is shorter than a COM_STMT_EXECUTE")
+
+// executeHeader is what a COM_STMT_EXECUTE of n > 0 parameters holds
+// before its values.
+type executeHeader struct {
+	nulls  []byte   // the NULL bitmap
+	flagAt int      // the new-params-bound flag's offset in the packet
+	bound  bool     // the flag is 1: types are the packet's
+	types  []uint16 // the packet's types (bound only)
+	values []byte   // the values
+}
+
+// readExecuteHeader reads the header of p, an execution of n > 0
+// parameters.
+func readExecuteHeader(p []byte, n int) (executeHeader, error) {
+	var h executeHeader
+	if len(p) < 10 || p[0] != mysql.COM_STMT_EXECUTE {
+		return h, errExecuteShort
+	}
+	nb := (n + 7) / 8
+	h.flagAt = 10 + nb
+	if len(p) < h.flagAt+1 {
+		return h, errors.New("the packet ends in its NULL bitmap")
+	}
+	h.nulls = p[10:h.flagAt]
+	rest := p[h.flagAt+1:]
+	switch p[h.flagAt] {
+	case 1:
+		if len(rest) < 2*n {
+			return h, errors.New("the packet ends in its parameter types")
+		}
+		h.bound = true
+		h.types = make([]uint16, n)
+		for i := range h.types {
+			h.types[i] = binary.LittleEndian.Uint16(rest[2*i:])
+		}
+		rest = rest[2*n:]
+	case 0:
+	default:
+		return h, fmt.Errorf("its new-params-bound flag is %d, not 0 or 1", p[h.flagAt])
+	}
+	h.values = rest
+	return h, nil
+}
+
 // decodeParams is decodeExecute that also returns each parameter's value
 // as it stands in the packet (raw; empty for a NULL), which a packet built
 // from this one copies (preptrap.go).
 func decodeParams(p []byte, n int, prev []uint16, want func(int) bool) (vals []rewrite.BoundValue, types []uint16, raw [][]byte, err error) {
-	if len(p) < 10 || p[0] != mysql.COM_STMT_EXECUTE {
-		return nil, nil, nil, errors.New("the packet is shorter than a COM_STMT_EXECUTE")
-	}
 	if n == 0 {
+		if len(p) < 10 || p[0] != mysql.COM_STMT_EXECUTE {
+			return nil, nil, nil, errExecuteShort
+		}
 		return nil, prev, nil, nil
 	}
-	p = p[10:]
-	nb := (n + 7) / 8
-	if len(p) < nb+1 {
-		return nil, nil, nil, errors.New("the packet ends in its NULL bitmap")
+	h, err := readExecuteHeader(p, n)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	nulls := p[:nb]
-	bound := p[nb]
-	p = p[nb+1:]
-	switch bound {
-	case 1:
-		if len(p) < 2*n {
-			return nil, nil, nil, errors.New("the packet ends in its parameter types")
-		}
-		types = make([]uint16, n)
-		for i := range types {
-			types[i] = binary.LittleEndian.Uint16(p[2*i:])
-		}
-		p = p[2*n:]
-	case 0:
+	types = h.types
+	if !h.bound {
 		types = prev
 		if len(types) != n {
 			return nil, nil, nil, errors.New("no execution sent the parameter types")
 		}
-	default:
-		return nil, nil, nil, fmt.Errorf("its new-params-bound flag is %d, not 0 or 1", bound)
 	}
+	nulls := h.nulls
+	p = h.values
 	vals = make([]rewrite.BoundValue, n)
 	raw = make([][]byte, n)
 	for i := 0; i < n; i++ {

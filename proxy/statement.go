@@ -478,9 +478,7 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 		c.fence.AuditRefusal(rt.fenceRT(), r, ps.text, "shadow")
 	}
 	if ti := rowParamsOf(&ps.stmt); ti >= 0 {
-		if handled, err := c.executeRowParams(rt, ps, ti); handled {
-			return err
-		}
+		return c.executeRowParams(rt, ps, ti)
 	}
 	if ps.stmt.Kind == rewrite.Other && ps.stmt.Locks == rewrite.LocksKept {
 		if err := c.forwardCommand(); err != nil {
@@ -504,6 +502,12 @@ func (c *clientConn) comExecute(rt *runtime, head []byte) error {
 
 // runExecute sends a COM_STMT_EXECUTE of ps, fenced as ps says.
 func (c *clientConn) runExecute(rt *runtime, ps *preparedStmt) error {
+	if ps.trapLost != "" && rt.policy.Mode != policy.ModeShadow {
+		if _, err := c.client.SkipPacket(); err != nil {
+			return err
+		}
+		return c.fence.Refuse(rt.fenceRT(), trapRefusal(ps, ps.trapLost), ps.text)
+	}
 	if ps.trap != nil && (rt.policy.Mode != policy.ModeShadow || ps.typesStale) {
 		if handled, err := c.executeTrapped(rt, ps, rt.policy.Mode != policy.ModeShadow); handled {
 			return err

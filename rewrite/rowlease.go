@@ -136,7 +136,7 @@ func (e *Engine) templateOf(schema, table string) *policy.Template {
 // conditions to add to an UPDATE's or DELETE's WHERE; for an INSERT or
 // REPLACE it sets each template target's RowLease. A refusal says what the
 // proxy cannot fence per row.
-func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]string, *Trap, *stmtRes) {
+func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, explain *ast.ExplainStmt) ([]string, *Trap, *stmtRes) {
 	var tpls []int
 	for i, t := range targets {
 		if t.Template != nil {
@@ -180,7 +180,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 		// of the first (a variable assigned, LAST_INSERT_ID(expr),
 		// NEXTVAL, a stored function).
 		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "update", &targets[tpls[0]], leaseSQL,
-			trapOK && rerunSafe(x.List, x.Order))
+			explain, rerunSafe(x.List, x.Order))
 	case *ast.DeleteStmt:
 		if x.TableRefs == nil || x.TableRefs.TableRefs == nil || x.IsMultiTable ||
 			len(in.collectRefs(x.TableRefs.TableRefs, cteNames(x.With), nil)) != 1 {
@@ -190,7 +190,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 			return refuse("this DELETE writes it through a view, trigger or foreign key; write the table itself")
 		}
 		return in.updateDeleteCond(x, x.Where, x.Order != nil, x.Limit != nil, "delete", &targets[tpls[0]], leaseSQL,
-			trapOK && rerunSafe(nil, x.Order))
+			explain, rerunSafe(nil, x.Order))
 	case *ast.InsertStmt:
 		if x.Table == nil || x.Table.TableRefs == nil || !in.directRef(x.Table.TableRefs, first) {
 			return refuse("this statement writes it through a view, trigger or foreign key; write the table itself")
@@ -206,18 +206,34 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, trapOK bool) ([]str
 }
 
 // updateDeleteCond is the per-row condition of an UPDATE or DELETE of
-// template table t: with a trap when its WHERE pins no lease and it can
-// carry one (trapOK and rowLeaseTrap).
+// template table t: with a trap when its WHERE pins no lease. A write that
+// runs, pins no lease and cannot carry the trap (rowLeaseTrap says why; a
+// SET or ORDER BY that is not rerunSafe) is refused: the plain condition
+// alone would skip the rows of other leases with no record and no
+// on_stale, so the proxy relays only the writes whose every skipped row it
+// can answer for. Only an EXPLAIN that does not run the write keeps the
+// plain condition.
 func (in *stmtIn) updateDeleteCond(n ast.StmtNode, where ast.ExprNode, ordered, limited bool, kw string, t *Target, leaseSQL string,
-	trapOK bool) ([]string, *Trap, *stmtRes) {
+	explain *ast.ExplainStmt, rerun bool) ([]string, *Trap, *stmtRes) {
 	t.RowLease, t.RowParams = in.pinnedLease(n, where, t.Template)
 	cond := rowLeaseCond(t.Template, leaseSQL)
-	if !trapOK || t.RowLease != "" || t.RowParams != nil {
+	if explain != nil && !explain.Analyze || t.RowLease != "" || t.RowParams != nil {
 		return []string{cond}, nil, nil
 	}
-	trap := in.rowLeaseTrap(where, ordered, limited, t.Template, cond, kw)
+	var trap *Trap
+	why := ""
+	switch {
+	case explain != nil:
+		why = "EXPLAIN ANALYZE answers with its plan, in place of the error by which fenceproxy learns of such rows"
+	case !rerun:
+		why = "its SET or ORDER BY has an effect that a second run would repeat (a variable assigned, LAST_INSERT_ID(expr), " +
+			"NEXTVAL, RAND(), a stored function, a subquery)"
+	default:
+		trap, why = in.rowLeaseTrap(where, ordered, limited, t.Template, cond, kw)
+	}
 	if trap == nil {
-		return []string{cond}, nil, nil
+		r := in.refuse(t.Schema+"."+t.Table, unpinnedRefusal(t.Template, kw, why))
+		return nil, nil, &r
 	}
 	if trap.Prepared {
 		// The client's statement is prepared with the plain condition;
@@ -779,19 +795,44 @@ const (
 	trapErrno  = 1690
 )
 
+// unpinnedRefusal is the reason an UPDATE or DELETE (kw) of a template
+// table whose WHERE pins no lease is refused: why it cannot carry the
+// trap, and how to pin the lease instead.
+func unpinnedRefusal(tpl *policy.Template, kw, why string) string {
+	cols := tpl.Columns()
+	pin := make([]string, len(cols))
+	for i, c := range cols {
+		pin[i] = c + " = ..."
+	}
+	return rowLeaseNote + "; this " + strings.ToUpper(kw) + " does not name the lease of the rows it changes in its WHERE, " +
+		"and fenceproxy cannot check each row it meets because " + why + ", so rows of other leases would be skipped " +
+		"without a record; pin the lease in the WHERE (WHERE " + strings.Join(pin, " AND ") + " AND ..., with " +
+		"literals or placeholders naming the fence's lease)"
+}
+
 // rowLeaseTrap returns the per-row condition plain (rowLeaseCond's) with
-// the trap for the WHERE where, or nil when the statement cannot carry
+// the trap for the WHERE where, or nil and why the statement cannot carry
 // one. kw is the statement's first keyword (update or delete).
-func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *policy.Template, plain, kw string) *Trap {
+func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *policy.Template, plain, kw string) (*Trap, string) {
 	flavor := in.st.mode.server.Flavor
-	if flavor != MariaDB && flavor != TiDB || limited && (ordered || flavor == TiDB) ||
-		in.pc.depth > 0 || in.inBlock || in.whole || in.noTrap {
-		return nil
+	switch {
+	case flavor != MariaDB && flavor != TiDB:
+		return nil, "the check of each row was measured on MariaDB, Galera and TiDB, and not on MySQL"
+	case limited && ordered:
+		return nil, "it has ORDER BY with LIMIT, where the server reads rows past those the write would change"
+	case limited && flavor == TiDB:
+		return nil, "it has LIMIT, and TiDB reads the rows of an index lookup in no fixed order"
+	case in.pc.depth > 0:
+		return nil, "it is inside SQL PREPARE, which fenceproxy does not execute itself (prepare it with COM_STMT_PREPARE, as drivers do)"
+	case in.inBlock || in.whole:
+		return nil, "it is inside a compound statement or a definition"
+	case in.noTrap:
+		return nil, "it answers with rows (RETURNING, ANALYZE), which may come before the error by which fenceproxy learns of such rows"
 	}
 	if sch := tpl.Schema(); sch == nil || !sch.Transactional {
 		// The rows changed before the error would stay, and the write
 		// sent again under zero_rows would change them twice.
-		return nil
+		return nil, "the table is not InnoDB (or its engine was not read at start), and a failed statement there keeps the rows it changed"
 	}
 	col := ""
 	for _, p := range tpl.Parts {
@@ -801,32 +842,33 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 		}
 	}
 	if col == "" {
-		return nil
+		return nil, "its template has no column"
 	}
 	trap := "EXP(" + trapConst + " + COALESCE(0 * CHAR_LENGTH(" + quoteIdent(col) + "), 0)) < 0"
 	if where == nil {
-		return &Trap{Cond: "(" + plain + " OR " + trap + ")", Plain: plain, Prepared: in.pc.prepare}
+		return &Trap{Cond: "(" + plain + " OR " + trap + ")", Plain: plain, Prepared: in.pc.prepare}, ""
 	}
 	var v trapSafe
 	where.Accept(&v)
 	if v.bad {
-		return nil
+		return nil, "its WHERE has a subquery, a variable assignment or a function other than deterministic built-ins, " +
+			"which a second reading could answer otherwise"
 	}
-	copyText, params, ok := in.whereText(kw)
-	if !ok || len(copyText) > maxTrapWhere {
-		return nil
+	copyText, params, why := in.whereText(kw)
+	if why != "" {
+		return nil, why
+	}
+	if len(copyText) > maxTrapWhere {
+		return nil, "its WHERE is longer than fenceproxy repeats (64 KiB)"
 	}
 	// The copy must read as the WHERE did.
 	n, err := parseOne("SELECT 1 FROM DUAL WHERE "+copyText, in.st.mode)
-	if err != nil {
-		return nil
-	}
 	sel, ok := n.(*ast.SelectStmt)
-	if !ok || sel.Where == nil || !sameRestore(where, sel.Where) {
-		return nil
+	if err != nil || !ok || sel.Where == nil || !sameRestore(where, sel.Where) {
+		return nil, "its WHERE does not read the same on its own"
 	}
 	return &Trap{Cond: "(" + plain + " OR ((" + copyText + ") AND " + trap + "))", Plain: plain, Prepared: in.pc.prepare,
-		Params: params}
+		Params: params}, ""
 }
 
 // whereText returns the text of the statement's top-level WHERE
@@ -835,21 +877,23 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 // change), and the placeholders in it: none outside a statement to
 // prepare, and there the statement's last ones (none in ORDER BY or
 // LIMIT), so that the copy's placeholders follow all of the client's in
-// the trapped statement (the proxy binds them after the client's values).
-func (in *stmtIn) whereText(kw string) (string, int, bool) {
+// the trapped statement (the proxy binds them after the client's values);
+// otherwise why it cannot be repeated.
+func (in *stmtIn) whereText(kw string) (string, int, string) {
+	const unread = "fenceproxy did not find its WHERE's text"
 	d := in.depths()
 	k := in.firstKw(d, 0, kw)
 	if k < 0 {
-		return "", 0, false
+		return "", 0, unread
 	}
 	if kw == "update" {
 		if k = in.firstKw(d, k+1, "set"); k < 0 {
-			return "", 0, false
+			return "", 0, unread
 		}
 	}
 	w := in.firstKw(d, k+1, "where")
 	if w < 0 {
-		return "", 0, false
+		return "", 0, unread
 	}
 	last := len(in.toks) - 1
 	for i := w + 1; i < len(in.toks); i++ {
@@ -859,11 +903,11 @@ func (in *stmtIn) whereText(kw string) (string, int, bool) {
 		}
 	}
 	if w >= last {
-		return "", 0, false
+		return "", 0, unread
 	}
 	for i := last + 1; i < len(in.toks); i++ {
 		if in.toks[i].Kind == sqlread.Param {
-			return "", 0, false
+			return "", 0, "it has a placeholder in ORDER BY or LIMIT (the copy of the WHERE's must be the statement's last)"
 		}
 	}
 	src := in.pc.src
@@ -871,19 +915,19 @@ func (in *stmtIn) whereText(kw string) (string, int, bool) {
 	for i := w + 1; i <= last; i++ {
 		if in.toks[i].Kind == sqlread.Param {
 			if !in.pc.prepare {
-				return "", 0, false
+				return "", 0, "it has a placeholder outside a prepared statement"
 			}
 			params++
 		}
 		if i > w+1 {
 			for _, c := range src[in.toks[i-1].End:in.toks[i].Start] {
 				if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-					return "", 0, false
+					return "", 0, "its WHERE holds a comment, whose reading a copy could change"
 				}
 			}
 		}
 	}
-	return string(src[in.toks[w+1].Start:in.toks[last].End]), params, true
+	return string(src[in.toks[w+1].Start:in.toks[last].End]), params, ""
 }
 
 // trapSafe finds what makes a WHERE unfit to be read twice: anything but

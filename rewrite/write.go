@@ -51,7 +51,7 @@ func (in *stmtIn) writeStmt(n ast.StmtNode, explain *ast.ExplainStmt) stmtRes {
 		return in.refuse(targets[0].Schema+"."+targets[0].Table, "this statement has non-ASCII bytes outside quotes; "+
 			"fenceproxy fences only statements whose unquoted names are ASCII (quote such names with backquotes)")
 	}
-	rowConds, trap, rr := in.rowLease(n, targets, explain == nil)
+	rowConds, trap, rr := in.rowLease(n, targets, explain)
 	if rr != nil {
 		return *rr
 	}
