@@ -337,3 +337,92 @@ func (u *unpinnedTally) check(t *testing.T, e *fencedEnv, onStale, name string, 
 		t.Fatalf("%s: stale_writes_rejected_total{reason=row_lease_mismatch} = %v, want %v", name, got, u.counted)
 	}
 }
+
+// TestRowLeaseInexactPins: a WHERE that pins the template column to a
+// value may still meet rows of other leases: under a _ci collation
+// customer_id = 'acme' meets 'ACME', and on a string column customer_id =
+// 7 compares as a number and meets '07'. Such a pin counts for nothing:
+// the write carries the trap, and the other lease's row is a
+// row_lease_mismatch rejection, not a row skipped unseen (text protocol
+// and prepared). A prepared pin bound to an integer on a string column is
+// refused, saying to bind a string; bound to the string it is exact.
+func TestRowLeaseInexactPins(t *testing.T) {
+	type write struct {
+		q    string
+		args []any
+		// mismatch: the write meets the other lease's row (ERR 1644 under
+		// error; under zero_rows zeroRows rows change); refused: ERR 1148
+		// naming refusal.
+		mismatch bool
+		refusal  string
+		zeroRows int64
+		after    string // the rows after it under zero_rows
+	}
+	cases := []struct {
+		name, column, lease, seed string
+		writes                    []write
+	}{
+		{"a _ci column", "VARCHAR(20) COLLATE utf8mb4_general_ci", "invoice:acme", "(1, 'acme', 10), (2, 'ACME', 20)", []write{
+			{q: "UPDATE pin_rows SET amount = 0 WHERE customer_id = 'acme'", mismatch: true, zeroRows: 1, after: "1:acme:0,2:ACME:20"},
+			{q: "UPDATE pin_rows SET amount = ? WHERE customer_id = ?", args: []any{0, "acme"}, mismatch: true, zeroRows: 1,
+				after: "1:acme:0,2:ACME:20"},
+			{q: "DELETE FROM pin_rows WHERE customer_id = 'acme'", mismatch: true, zeroRows: 1, after: "2:ACME:20"},
+		}},
+		{"a number for a string column", "VARCHAR(20) COLLATE utf8mb4_bin", "invoice:7", "(1, '7', 10), (2, '07', 20)", []write{
+			{q: "UPDATE pin_rows SET amount = 0 WHERE customer_id = 7", mismatch: true, zeroRows: 1, after: "1:7:0,2:07:20"},
+			{q: "DELETE FROM pin_rows WHERE customer_id = 7", mismatch: true, zeroRows: 1, after: "2:07:20"},
+			{q: "UPDATE pin_rows SET amount = ? WHERE customer_id = ?", args: []any{0, 7}, refusal: "bind it as a string"},
+			{q: "UPDATE pin_rows SET amount = ? WHERE customer_id = ?", args: []any{0, "7"}, zeroRows: 1, after: "1:7:0,2:07:20"},
+		}},
+	}
+	forEachEngine(t, func(t *testing.T, eng string) {
+		for _, tc := range cases {
+			for _, onStale := range []string{"zero_rows", "error"} {
+				t.Run(tc.name+"/"+onStale, func(t *testing.T) {
+					e := newFencedEnv(t, envOptions{engine: eng, account: true, onStale: onStale, tables: []string{"pin_rows"},
+						leases: map[string]string{"pin_rows": "invoice:{customer_id}"}})
+					mustExec(t, e.root, "CREATE TABLE pin_rows (id INT PRIMARY KEY, customer_id "+tc.column+" NOT NULL, "+
+						"amount INT NOT NULL) ENGINE=InnoDB")
+					checkTemplates(t, e)
+					l := e.acquire(t, tc.lease, time.Minute)
+					c := e.session(t)
+					setFence(t, c, l)
+					mustExec(t, e.root, "INSERT INTO pin_rows VALUES "+tc.seed)
+					seed := queryString(t, e.root, "SELECT GROUP_CONCAT(id, ':', customer_id, ':', amount ORDER BY id) FROM pin_rows")
+					records := 0
+					for _, w := range tc.writes {
+						mustExec(t, e.root, "DELETE FROM pin_rows")
+						mustExec(t, e.root, "INSERT INTO pin_rows VALUES "+tc.seed)
+						n, err := execAffected(c, w.q, w.args...)
+						want := w.after
+						var me *mysql.MySQLError
+						switch {
+						case w.refusal != "":
+							if !errors.As(err, &me) || me.Number != 1148 || !strings.Contains(me.Message, w.refusal) {
+								t.Fatalf("%s %v: %v, want ERR 1148 saying %q", w.q, w.args, err, w.refusal)
+							}
+							want = seed
+						case w.mismatch && onStale == "error":
+							if !errors.As(err, &me) || me.Number != 1644 || !strings.Contains(me.Message, "another lease") {
+								t.Fatalf("%s %v: %v, want ERR 1644 saying the rows belong to another lease", w.q, w.args, err)
+							}
+							want = seed
+						case err != nil || n != w.zeroRows:
+							t.Fatalf("%s %v: %d rows, %v; want %d rows", w.q, w.args, n, err, w.zeroRows)
+						}
+						e.sync(t)
+						if got := queryString(t, e.root, "SELECT GROUP_CONCAT(id, ':', customer_id, ':', amount ORDER BY id) FROM pin_rows"); got != want {
+							t.Fatalf("%s %v: rows %s, want %s", w.q, w.args, got, want)
+						}
+						if w.mismatch {
+							records++
+						}
+						if got := countReason(e.auditRecords(t), audit.RowLeaseMismatch); got != records {
+							t.Fatalf("%s %v: %d row_lease_mismatch records, want %d", w.q, w.args, got, records)
+						}
+					}
+				})
+			}
+		}
+	})
+}

@@ -77,6 +77,12 @@ type TemplateColumn struct {
 	UMax     uint64 // integer range (unsigned)
 	Length   int64  // characters (strings)
 	Padded   bool   // CHAR: trailing spaces are removed on store
+	// Exact: the column compares as the lease table's utf8mb4_bin does
+	// (an integer, or a string under a binary collation), so a WHERE that
+	// pins it to a value meets rows of that value's lease only. Under a
+	// _ci collation `customer_id = 'acme'` also meets 'ACME', another
+	// lease.
+	Exact bool
 }
 
 // TemplateSchema is what the start-up and reload checks learned about a

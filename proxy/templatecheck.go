@@ -80,7 +80,7 @@ func checkTemplate(ctx context.Context, db *sql.DB, cfg *policy.Config, i int, o
 		tc := policy.TemplateColumn{Name: c.name, Unsigned: strings.Contains(strings.ToLower(c.colType), "unsigned")}
 		switch strings.ToLower(c.dataType) {
 		case "tinyint", "smallint", "mediumint", "int", "integer", "bigint":
-			tc.Kind = policy.KindInteger
+			tc.Kind, tc.Exact = policy.KindInteger, true
 			bits := map[string]uint{"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}[strings.ToLower(c.dataType)]
 			if tc.Unsigned {
 				tc.UMax = ^uint64(0) >> (64 - bits)
@@ -97,6 +97,8 @@ func checkTemplate(ctx context.Context, db *sql.DB, cfg *policy.Config, i int, o
 			coll := strings.ToLower(c.collation)
 			if !strings.HasSuffix(coll, "_bin") && coll != "binary" {
 				exact = false
+			} else {
+				tc.Exact = true
 			}
 		default:
 			fail("%q: column %s of %s is %s: a template column must be an integer, CHAR or VARCHAR column "+

@@ -31,11 +31,11 @@ func testPolicy(t testing.TB) *policy.Policy {
 		switch tb.Table {
 		case "invoice_rows":
 			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Transactional: true, Columns: []policy.TemplateColumn{
-				{Name: "customer_id", Kind: policy.KindString, Length: 16}}})
+				{Name: "customer_id", Kind: policy.KindString, Length: 16, Exact: true}}})
 		case "order_rows":
 			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: true, Transactional: true, Columns: []policy.TemplateColumn{
-				{Name: "region", Kind: policy.KindString, Length: 4, Padded: true},
-				{Name: "cust_no", Kind: policy.KindInteger, Unsigned: true, UMax: 65535}}})
+				{Name: "region", Kind: policy.KindString, Length: 4, Padded: true, Exact: true},
+				{Name: "cust_no", Kind: policy.KindInteger, Unsigned: true, UMax: 65535, Exact: true}}})
 		case "loose_rows":
 			tb.Template.SetSchema(&policy.TemplateSchema{KeysCovered: false, Columns: []policy.TemplateColumn{
 				{Name: "customer_id", Kind: policy.KindString, Length: 16}}})

@@ -442,7 +442,7 @@ func (rp *RowParams) Lease(vals []BoundValue) (string, string) {
 			if p.param >= len(vals) {
 				return "", "the value of " + p.name + " was not bound"
 			}
-			v, why := boundValue(vals[p.param], p.col)
+			v, why := boundValue(vals[p.param], p.col, rp.pinned)
 			if why != "" {
 				return "", "the value bound to " + p.name + " " + why
 			}
@@ -468,9 +468,14 @@ func (rp *RowParams) Lease(vals []BoundValue) (string, string) {
 
 // boundValue reads a value bound to a template column as the server
 // stores it, with the rules of a literal (storedAs): an integer type as
-// an integer literal, a string type as a string literal.
-func boundValue(v BoundValue, col policy.TemplateColumn) (string, string) {
+// an integer literal, a string type as a string literal. pin: the value is
+// compared with the column in a WHERE, where an integer meets a string
+// column as a number.
+func boundValue(v BoundValue, col policy.TemplateColumn, pin bool) (string, string) {
 	switch {
+	case pin && v.Int && col.Kind == policy.KindString:
+		return "", "is an integer, which the server compares with a string column as a number (7 meets '07' and '7.0', " +
+			"rows of other leases); bind it as a string"
 	case v.Long:
 		return "", "was sent with COM_STMT_SEND_LONG_DATA, which fenceproxy does not read; bind it in the execution itself"
 	case v.Null:
@@ -658,7 +663,9 @@ func (in *stmtIn) pinnedLease(n ast.StmtNode, where ast.ExprNode, tpl *policy.Te
 		}
 		val := pins[strings.ToLower(p.Column)]
 		col, ok := sch.Column(p.Column)
-		if val == nil || !ok {
+		if val == nil || !ok || !col.Exact {
+			// Under a _ci collation the pin meets rows of other leases
+			// ('ACME' for 'acme'): the trap must see them.
 			return "", nil
 		}
 		if m, ok := val.(*test_driver.ParamMarkerExpr); ok {
@@ -675,6 +682,11 @@ func (in *stmtIn) pinnedLease(n ast.StmtNode, where ast.ExprNode, tpl *policy.Te
 			parts = append(parts, rowPart{param: ord, col: col, name: p.Column})
 			rp.bound = true
 			continue
+		}
+		if lit, ok := val.(*test_driver.ValueExpr); col.Kind == policy.KindString && (!ok || lit.Kind() != test_driver.KindString) {
+			// A number meets a string column as a number: customer_id = 7
+			// also matches '07' and '7.0', rows of other leases.
+			return "", nil
 		}
 		v, why := templateValue(val, col)
 		if why != "" {
