@@ -306,7 +306,7 @@ func (c *clientConn) runTrapped(rt *runtime, ps *preparedStmt, first, again []by
 	}
 	t := fencing.NewTracker(&c.fence, rt.fenceRT(), []rewrite.Stmt{ps.stmt}, true)
 	if again != nil {
-		t.SetResend(sendPacket(again))
+		t.SetResend(sendPacket(again)).SetRetrap(sendPacket(first))
 	}
 	if f := c.fence.GuardOf(&ps.stmt); f != nil && rt.policy.Mode != policy.ModeShadow {
 		return c.fence.GuardedWith(rt.fenceRT(), f, t, sendPacket(first), func() error { return nil })

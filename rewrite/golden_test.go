@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pingcap/tidb/pkg/parser/ast"
+
 	"github.com/fenceproxy/fenceproxy/internal/sqlread"
 )
 
@@ -260,6 +262,9 @@ func renderStmt(s *Stmt, span bool) string {
 	if span {
 		fmt.Fprintf(&b, " span=%d:%d", s.Span[0], s.Span[1])
 	}
+	if s.Fence != nil && s.Fence.Trap != nil && s.Fence.Trap.Confirm != "" {
+		b.WriteString("\n  confirm " + s.Fence.Trap.Confirm)
+	}
 	return b.String()
 }
 
@@ -397,6 +402,14 @@ func checkInvariants(t *testing.T, e *Engine, c *goldenCase, d Decision) {
 		}
 		if s.Kind == Write && !s.Fence.Guard && !strings.Contains(string(d.SQL[s.Span[0]:s.Span[1]]), "fence_l.fence_token = @") {
 			t.Errorf("case %q: a write's span %v lacks the fence", c.name, s.Span)
+		}
+		if s.Kind == Write && s.Fence.Trap != nil && s.Fence.Trap.Confirm != "" {
+			// The confirming read is one SELECT the server's parser reads.
+			if n, err := parseOne(s.Fence.Trap.Confirm, lexMode{}); err != nil {
+				t.Errorf("case %q: the confirming read does not parse: %v", c.name, err)
+			} else if sel, ok := n.(*ast.SelectStmt); !ok || sel.LockInfo == nil {
+				t.Errorf("case %q: the confirming read is no locking SELECT: %s", c.name, s.Fence.Trap.Confirm)
+			}
 		}
 		if s.Kind == Write && s.Fence.Trap != nil && s.Fence.Trap.Prepared {
 			// The trapped variant the proxy prepares beside it: the trap

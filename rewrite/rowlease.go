@@ -229,7 +229,7 @@ func (in *stmtIn) updateDeleteCond(n ast.StmtNode, where ast.ExprNode, ordered, 
 		why = "its SET or ORDER BY has an effect that a second run would repeat (a variable assigned, LAST_INSERT_ID(expr), " +
 			"NEXTVAL, RAND(), a stored function, a subquery)"
 	default:
-		trap, why = in.rowLeaseTrap(where, ordered, limited, t.Template, cond, kw)
+		trap, why = in.rowLeaseTrap(where, ordered, limited, t.Template, cond, kw, trapTableRef(n, t))
 	}
 	if trap == nil {
 		r := in.refuse(t.Schema+"."+t.Table, unpinnedRefusal(t.Template, kw, why))
@@ -825,7 +825,7 @@ func unpinnedRefusal(tpl *policy.Template, kw, why string) string {
 // rowLeaseTrap returns the per-row condition plain (rowLeaseCond's) with
 // the trap for the WHERE where, or nil and why the statement cannot carry
 // one. kw is the statement's first keyword (update or delete).
-func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *policy.Template, plain, kw string) (*Trap, string) {
+func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *policy.Template, plain, kw, ref string) (*Trap, string) {
 	flavor := in.st.mode.server.Flavor
 	switch {
 	case flavor != MariaDB && flavor != TiDB:
@@ -858,7 +858,8 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 	}
 	trap := "EXP(" + trapConst + " + COALESCE(0 * CHAR_LENGTH(" + quoteIdent(col) + "), 0)) < 0"
 	if where == nil {
-		return &Trap{Cond: "(" + plain + " OR " + trap + ")", Plain: plain, Prepared: in.pc.prepare}, ""
+		return &Trap{Cond: "(" + plain + " OR " + trap + ")", Plain: plain, Prepared: in.pc.prepare,
+			Confirm: trapConfirm(ref, "", plain)}, ""
 	}
 	var v trapSafe
 	where.Accept(&v)
@@ -879,8 +880,64 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 	if err != nil || !ok || sel.Where == nil || !sameRestore(where, sel.Where) {
 		return nil, "its WHERE does not read the same on its own"
 	}
-	return &Trap{Cond: "(" + plain + " OR ((" + copyText + ") AND " + trap + "))", Plain: plain, Prepared: in.pc.prepare,
-		Params: params}, ""
+	tr := &Trap{Cond: "(" + plain + " OR ((" + copyText + ") AND " + trap + "))", Plain: plain, Prepared: in.pc.prepare,
+		Params: params}
+	if params == 0 {
+		tr.Confirm = trapConfirm(ref, copyText, plain)
+	}
+	return tr, ""
+}
+
+// trapConfirm is Trap.Confirm: a locking read of one row of table ref
+// that the WHERE (copy; "" for none) matches and the per-row condition
+// plain does not hold for, the row the trap fires on. Locking, it waits
+// for a transaction that holds such a row, and reads the row as that
+// transaction left it.
+func trapConfirm(ref, copyText, plain string) string {
+	if ref == "" {
+		return ""
+	}
+	where := "(" + plain + ") IS NOT TRUE"
+	if copyText != "" {
+		where = "(" + copyText + ") AND " + where
+	}
+	return "SELECT 1 FROM " + ref + " WHERE " + where + " LIMIT 1 FOR UPDATE"
+}
+
+// trapTableRef is the single-table UPDATE's or DELETE's table as a FROM
+// names it for the WHERE copy: t, with the statement's alias and
+// partitions; "" when the proxy cannot tell.
+func trapTableRef(n ast.StmtNode, t *Target) string {
+	var refs *ast.TableRefsClause
+	switch x := n.(type) {
+	case *ast.UpdateStmt:
+		refs = x.TableRefs
+	case *ast.DeleteStmt:
+		refs = x.TableRefs
+	}
+	if refs == nil || refs.TableRefs == nil || refs.TableRefs.Right != nil {
+		return ""
+	}
+	ts, ok := refs.TableRefs.Left.(*ast.TableSource)
+	if !ok {
+		return ""
+	}
+	tn, ok := ts.Source.(*ast.TableName)
+	if !ok {
+		return ""
+	}
+	ref := quoteIdent(t.Schema) + "." + quoteIdent(t.Table)
+	if len(tn.PartitionNames) > 0 {
+		parts := make([]string, len(tn.PartitionNames))
+		for i, p := range tn.PartitionNames {
+			parts[i] = quoteIdent(p.O)
+		}
+		ref += " PARTITION (" + strings.Join(parts, ", ") + ")"
+	}
+	if ts.AsName.O != "" {
+		ref += " AS " + quoteIdent(ts.AsName.O)
+	}
+	return ref
 }
 
 // whereText returns the text of the statement's top-level WHERE

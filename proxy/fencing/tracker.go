@@ -1,6 +1,8 @@
 package fencing
 
 import (
+	"github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/fenceproxy/fenceproxy/policy"
 	"github.com/fenceproxy/fenceproxy/proxy/audit"
 	"github.com/fenceproxy/fenceproxy/proxy/wire"
@@ -32,6 +34,19 @@ type Tracker struct {
 	// resend sends the write again without its trap where the text
 	// cannot say how: a prepared statement's execution (SetResend).
 	resend func() error
+	// retrap sends the write again with its trap (SetRetrap), after the
+	// trap's confirming read found no row it fires on (confirmTrap);
+	// confirmed: this Tracker follows that second send, whose trap is
+	// not confirmed again.
+	retrap    func() error
+	confirmed bool
+}
+
+// SetRetrap gives t how to send its trapped write again where the text
+// cannot say how: the execution of the trapped variant.
+func (t *Tracker) SetRetrap(send func() error) *Tracker {
+	t.retrap = send
+	return t
 }
 
 // SetResend gives t how to send its write again without the trap: the
@@ -320,6 +335,100 @@ func (fg *Layer) Shadow(rt Runtime, d, sd rewrite.Decision, sql []byte) rewrite.
 	return sd
 }
 
+// confirmTrap runs the trap's confirming read (Trap.Confirm) after the
+// trap fired under a valid fence. The server may read a row for the WHERE
+// before it waits for another transaction's lock on it: MariaDB's UPDATE
+// under READ COMMITTED reads the last committed version (semi-consistent
+// read), TiDB reads before it locks, at any isolation level. When that
+// transaction changes the row so that the WHERE no longer matches it, the
+// trap fired on a row the write would not have changed (measured:
+// TestRowLeaseTrapConcurrentChange). The confirming read locks, so it
+// waits for that transaction and reads the row as it left it. No row: the
+// write goes again with its trap, once (again is true, and its answer
+// went to the client); a row, or a read that failed: the trap stands. A
+// deadlock that chose the read rolled the transaction back: the client
+// hears so, audited as for the lease check's.
+func (t *Tracker) confirmTrap(f *rewrite.Fence, pc *pendingCheck) (again bool, err error) {
+	fg := t.fg
+	if t.confirmed || f.Trap.Confirm == "" || pc.pos >= len(t.stmts) {
+		return false, nil
+	}
+	st := t.stmts[pc.pos]
+	sp := st.Span
+	var send func() error
+	t2 := NewTracker(fg, t.rt, []rewrite.Stmt{st}, true)
+	switch {
+	case t.retrap != nil:
+		send = t.retrap
+		t2.SetRetrap(t.retrap).SetResend(t.resend)
+	case t.text != nil && sp[0] >= 0 && sp[1] <= len(t.text) && sp[0] <= sp[1]:
+		text := t.text[sp[0]:sp[1]]
+		st.Span = [2]int{0, len(text)}
+		t2 = NewTracker(fg, t.rt, []rewrite.Stmt{st}, true).SetText(text)
+		send = func() error { return fg.own.SendStatement(text) }
+	default:
+		return false, nil
+	}
+	rows, err := t.confirmRead(f.Trap.Confirm)
+	if be, ok := err.(*wire.ServerError); ok && be.Code == erConflict {
+		if err := fg.auditConflict(t.rt, f, verdict{}, be.Code); err != nil {
+			return true, err
+		}
+		return true, fg.out.SendError(be.Code, be.State, be.Msg)
+	}
+	if err != nil {
+		if _, ok := err.(*wire.ServerError); ok {
+			fg.own.StatusUnknown()
+			return false, nil
+		}
+		return true, err
+	}
+	if len(rows) > 0 {
+		return false, nil
+	}
+	t2.confirmed = true
+	if f.Guard {
+		if err := fg.guardedWrite(t.rt, f, t2, send, func() error { return nil }); err != nil {
+			return true, err
+		}
+		return true, t2.Finish()
+	}
+	if err := send(); err != nil {
+		return true, err
+	}
+	if err := fg.out.RelayResponse(t2, false); err != nil {
+		return true, err
+	}
+	return true, t2.Finish()
+}
+
+// confirmRead runs the trap's confirming read. On TiDB outside a
+// transaction it runs in a pessimistic one of the proxy's, rolled back
+// after it: an autocommit SELECT ... FOR UPDATE there did not wait for
+// the other transaction's lock (measured: the trap stood).
+func (t *Tracker) confirmRead(sql string) ([][]wire.Value, error) {
+	fg := t.fg
+	if fg.s.Server().Flavor != rewrite.TiDB {
+		return fg.own.Query(sql)
+	}
+	if err := fg.own.LearnStatus(); err != nil {
+		return nil, err
+	}
+	if fg.s.ServerStatus()&mysql.SERVER_STATUS_AUTOCOMMIT == 0 || fg.s.InTransaction() {
+		return fg.own.Query(sql)
+	}
+	if _, err := fg.own.Exec("BEGIN PESSIMISTIC"); err != nil {
+		return nil, err
+	}
+	rows, err := fg.own.Query(sql)
+	if _, rerr := fg.own.Exec("ROLLBACK"); rerr != nil {
+		if _, ok := rerr.(*wire.ServerError); !ok || err == nil {
+			return nil, rerr
+		}
+	}
+	return rows, err
+}
+
 // finishTrapped answers a write whose row-lease trap fired: a row its
 // WHERE matched belongs to another lease than its fence's, and the
 // server rolled the statement back, so nothing of it took effect. It is a
@@ -358,6 +467,9 @@ func (t *Tracker) finishTrapped() error {
 		v.table = f.Targets[0].Schema + "." + f.Targets[0].Table
 	}
 	if !v.rejected() {
+		if again, err := t.confirmTrap(f, pc); again || err != nil {
+			return err
+		}
 		v.reason = audit.RowLeaseMismatch
 	}
 	v.presentedOwner = ""
