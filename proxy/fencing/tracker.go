@@ -353,20 +353,14 @@ func (t *Tracker) confirmTrap(f *rewrite.Fence, pc *pendingCheck) (again bool, e
 	if t.confirmed || f.Trap.Confirm == "" || pc.pos >= len(t.stmts) {
 		return false, nil
 	}
-	st := t.stmts[pc.pos]
-	sp := st.Span
+	var t2 *Tracker
 	var send func() error
-	t2 := NewTracker(fg, t.rt, []rewrite.Stmt{st}, true)
-	switch {
-	case t.retrap != nil:
+	if t.retrap != nil {
 		send = t.retrap
-		t2.SetRetrap(t.retrap).SetResend(t.resend)
-	case t.text != nil && sp[0] >= 0 && sp[1] <= len(t.text) && sp[0] <= sp[1]:
-		text := t.text[sp[0]:sp[1]]
-		st.Span = [2]int{0, len(text)}
-		t2 = NewTracker(fg, t.rt, []rewrite.Stmt{st}, true).SetText(text)
-		send = func() error { return fg.own.SendStatement(text) }
-	default:
+		t2 = NewTracker(fg, t.rt, []rewrite.Stmt{t.stmts[pc.pos]}, true).SetRetrap(t.retrap).SetResend(t.resend)
+	} else if text, st, ok := t.stmtText(pc.pos); ok {
+		t2, send = t.textAgain(st, text)
+	} else {
 		return false, nil
 	}
 	rows, err := t.confirmRead(f.Trap.Confirm)
@@ -387,19 +381,47 @@ func (t *Tracker) confirmTrap(f *rewrite.Fence, pc *pendingCheck) (again bool, e
 		return false, nil
 	}
 	t2.confirmed = true
+	return true, t.sendAgain(f, t2, send)
+}
+
+// stmtText is the text of statement pos of the packet as sent, and the
+// statement with its Span in that text alone; ok is false when the
+// Tracker holds no text for it.
+func (t *Tracker) stmtText(pos int) ([]byte, rewrite.Stmt, bool) {
+	st := t.stmts[pos]
+	sp := st.Span
+	if t.text == nil || sp[0] < 0 || sp[1] > len(t.text) || sp[0] > sp[1] {
+		return nil, st, false
+	}
+	text := t.text[sp[0]:sp[1]]
+	st.Span = [2]int{0, len(text)}
+	return text, st, true
+}
+
+// textAgain is how to send st's text again, alone, and the Tracker of
+// its response.
+func (t *Tracker) textAgain(st rewrite.Stmt, text []byte) (*Tracker, func() error) {
+	return NewTracker(t.fg, t.rt, []rewrite.Stmt{st}, true).SetText(text), func() error { return t.fg.own.SendStatement(text) }
+}
+
+// sendAgain sends a trapped write again (send) and relays its response,
+// which t2 follows, to the client: behind a guard of its own where the
+// write is guarded (the guard's transaction ended with the trapped write:
+// the proxy's own rolled back; in the client's, the guard's lock stays).
+func (t *Tracker) sendAgain(f *rewrite.Fence, t2 *Tracker, send func() error) error {
 	if f.Guard {
-		if err := fg.guardedWrite(t.rt, f, t2, send, func() error { return nil }); err != nil {
-			return true, err
+		if err := t.fg.guardedWrite(t.rt, f, t2, send, func() error { return nil }); err != nil {
+			return err
 		}
-		return true, t2.Finish()
+		return t2.Finish()
 	}
 	if err := send(); err != nil {
-		return true, err
+		return err
 	}
-	if err := fg.out.RelayResponse(t2, false); err != nil {
-		return true, err
+	if err := t.fg.out.RelayResponse(t2, false); err != nil {
+		return err
 	}
-	return true, t2.Finish()
+	return t2.Finish()
 }
 
 // confirmRead runs the trap's confirming read. On TiDB outside a
@@ -477,17 +499,13 @@ func (t *Tracker) finishTrapped() error {
 	var t2 *Tracker
 	if t.rt.Policy.OnStale != policy.OnStaleError && !f.Rows && !t.retried && v.reason == audit.RowLeaseMismatch &&
 		pc.pos < len(t.stmts) {
-		st := t.stmts[pc.pos]
-		sp := st.Span
-		switch {
-		case t.resend != nil:
+		if t.resend != nil {
 			send = t.resend
-			t2 = NewTracker(fg, t.rt, []rewrite.Stmt{st}, true)
-		case t.text != nil && sp[0] >= 0 && sp[1] <= len(t.text) && sp[0] <= sp[1]:
-			if again := f.Trap.Untrapped(t.text[sp[0]:sp[1]]); again != nil {
+			t2 = NewTracker(fg, t.rt, []rewrite.Stmt{t.stmts[pc.pos]}, true)
+		} else if text, st, ok := t.stmtText(pc.pos); ok {
+			if again := f.Trap.Untrapped(text); again != nil {
 				st.Span = [2]int{0, len(again)}
-				t2 = NewTracker(fg, t.rt, []rewrite.Stmt{st}, true).SetText(again)
-				send = func() error { return fg.own.SendStatement(again) }
+				t2, send = t.textAgain(st, again)
 			}
 		}
 	}
@@ -497,20 +515,5 @@ func (t *Tracker) finishTrapped() error {
 	}
 	fg.auditStale(t.rt, f, v, "zero_rows")
 	t2.retried = true
-	if f.Guard {
-		// The guard's transaction ended with the trapped write (the
-		// proxy's own rolled back; in the client's, the guard's lock
-		// stays): the write goes again behind a guard of its own.
-		if err := fg.guardedWrite(t.rt, f, t2, send, func() error { return nil }); err != nil {
-			return err
-		}
-		return t2.Finish()
-	}
-	if err := send(); err != nil {
-		return err
-	}
-	if err := fg.out.RelayResponse(t2, false); err != nil {
-		return err
-	}
-	return t2.Finish()
+	return t.sendAgain(f, t2, send)
 }
