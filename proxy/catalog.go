@@ -67,14 +67,16 @@ func (p *Proxy) catalogChanged(st infoschema.State) {
 	}
 }
 
-// CatalogState returns the catalog's state, and false when the proxy keeps
-// no catalog (catalog.refresh 0s or no backend.user).
+// CatalogState returns the catalog state the proxy decides statements
+// with (the installed runtime's: a refresh stores its state before the
+// runtime built from it is installed), and false when the proxy keeps no
+// catalog (catalog.refresh 0s or no backend.user).
 func (p *Proxy) CatalogState() (infoschema.State, bool) {
 	if p.catalog == nil {
 		return infoschema.State{}, false
 	}
-	if s := p.catState.Load(); s != nil {
-		return *s, true
+	if rt := p.rt.Load(); rt != nil && rt.catalog != nil {
+		return *rt.catalog, true
 	}
 	return infoschema.State{}, true
 }
@@ -96,14 +98,15 @@ func (p *Proxy) WaitCatalog(ctx context.Context, n uint64) error {
 	return p.catalog.w.WaitChecks(ctx, n)
 }
 
-// catalogOptions returns the rewriter's view of the catalog for a policy.
-func (p *Proxy) catalogOptions(pol *policy.Policy) (*catalog.Closure, string) {
+// catalogOptions returns the rewriter's view of the catalog for a policy,
+// and the state it is built from.
+func (p *Proxy) catalogOptions(pol *policy.Policy) (*catalog.Closure, string, *infoschema.State) {
 	if p.catalog == nil {
-		return nil, ""
+		return nil, "", nil
 	}
 	st := p.catState.Load()
 	if st == nil {
-		return nil, "the catalog has not been read yet"
+		return nil, "the catalog has not been read yet", nil
 	}
 	var c *catalog.Closure
 	if st.Snapshot != nil {
@@ -115,7 +118,7 @@ func (p *Proxy) catalogOptions(pol *policy.Policy) (*catalog.Closure, string) {
 	} else if st.Snapshot == nil {
 		stale = "the catalog has not been read yet"
 	}
-	return c, stale
+	return c, stale, st
 }
 
 // checkProtectedTables compares the protected tables with the catalog's

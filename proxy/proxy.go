@@ -110,6 +110,9 @@ type runtime struct {
 	// outdated (fencing.database_guard: triggers), by lower-case
 	// schema.table: writes to them are refused (dbguard.go).
 	unguarded map[string]string
+	// catalog: the catalog state engine decides with (nil: none read, or
+	// no catalog).
+	catalog *infoschema.State
 
 	trusted []netip.Prefix // proxy_protocol.trusted_cidrs
 }
@@ -219,12 +222,12 @@ func (p *Proxy) install(cfg *policy.Config, pol *policy.Policy) {
 	}
 	// The rewriter runs even with no protected table: the SQL lease
 	// functions are the proxy's to answer in every configuration.
-	cat, stale := p.catalogOptions(pol)
+	cat, stale, cst := p.catalogOptions(pol)
 	unguarded := p.unguarded(pol)
 	p.setGuardMetric(pol, unguarded)
 	p.checkProtectedTables(pol)
 	rt := &runtime{cfg: cfg, policy: pol, fingerprint: fencingFingerprint(pol) + catalogFingerprint(cat, stale) + guardFingerprint(unguarded),
-		engine: newRewriter(pol, cfg.Limits, cat, stale), unguarded: unguarded, trusted: cfg.ProxyProtocol.Prefixes()}
+		engine: newRewriter(pol, cfg.Limits, cat, stale), unguarded: unguarded, catalog: cst, trusted: cfg.ProxyProtocol.Prefixes()}
 	if old := p.rt.Load(); old != nil {
 		rt.gen = old.gen
 		if old.fingerprint != rt.fingerprint {
