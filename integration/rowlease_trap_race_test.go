@@ -26,9 +26,11 @@ import (
 //   - beta's rows leave the WHERE (closed): the write has its direct
 //     effect (acme's 2 rows), with no record, under both on_stale
 //     settings, in autocommit and in the client's transaction, and as a
-//     prepared statement whose WHERE has no placeholder;
+//     prepared statement, with and without a placeholder in its WHERE
+//     (the proxy prepares the read and binds the execution's value);
 //   - beta's rows still match: the trap stands after the wait, a
-//     row_lease_mismatch rejection (1644 under error).
+//     row_lease_mismatch rejection (1644 under error), as text and
+//     prepared with a placeholder.
 func TestRowLeaseTrapConcurrentChange(t *testing.T) {
 	type race struct {
 		name     string
@@ -37,6 +39,7 @@ func TestRowLeaseTrapConcurrentChange(t *testing.T) {
 		onStale  string
 		inTx     bool // the write runs in the client's transaction
 		prepared bool
+		param    bool // prepared, its WHERE's value a placeholder
 	}
 	const closeBeta = "UPDATE invoice_rows SET status = 'closed' WHERE customer_id = 'beta'"
 	races := []race{
@@ -44,7 +47,10 @@ func TestRowLeaseTrapConcurrentChange(t *testing.T) {
 		{name: "leaves, zero_rows", change: closeBeta, leaves: true, onStale: "zero_rows"},
 		{name: "leaves, in a transaction", change: closeBeta, leaves: true, onStale: "error", inTx: true},
 		{name: "leaves, prepared", change: closeBeta, leaves: true, onStale: "error", prepared: true},
+		{name: "leaves, prepared with a placeholder", change: closeBeta, leaves: true, onStale: "error", prepared: true, param: true},
 		{name: "stays", change: "UPDATE invoice_rows SET amount = amount + 5 WHERE customer_id = 'beta'", onStale: "error"},
+		{name: "stays, prepared with a placeholder", change: "UPDATE invoice_rows SET amount = amount + 5 WHERE customer_id = 'beta'",
+			onStale: "error", prepared: true, param: true},
 	}
 	forEachEngine(t, func(t *testing.T, eng string) {
 		if !withAccount(t) {
@@ -67,6 +73,10 @@ func TestRowLeaseTrapConcurrentChange(t *testing.T) {
 							mustExec(t, c, "START TRANSACTION")
 						}
 						q := write + " WHERE status = 'open'"
+						var args []any
+						if r.param {
+							q, args = write+" WHERE status = ?", []any{"open"}
+						}
 						done := make(chan error, 1)
 						var n int64
 						go func() {
@@ -75,7 +85,7 @@ func TestRowLeaseTrapConcurrentChange(t *testing.T) {
 							if r.prepared {
 								var st *sql.Stmt
 								if st, err = c.PrepareContext(context.Background(), q); err == nil {
-									res, err = st.Exec()
+									res, err = st.Exec(args...)
 									st.Close()
 								}
 							} else {

@@ -192,7 +192,7 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 		return true, err
 	}
 	if !trap {
-		return true, c.runTrapped(rt, ps, c.plainExecute(ps, payload), nil)
+		return true, c.runTrapped(rt, ps, c.plainExecute(ps, payload), nil, nil)
 	}
 	if ps.longData {
 		// The values sent as long data are not in the packet, and T
@@ -213,7 +213,59 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 	}
 	plain := c.plainExecute(ps, payload)
 	ps.types = types
-	return true, c.runTrapped(rt, ps, trapped, plain)
+	var confirm func() (bool, error)
+	if k := ps.trap.params; k > 0 && ps.stmt.Fence.Trap.Confirm != "" {
+		where := make([]int, k) // the WHERE's values: the execution's last k
+		for i := range where {
+			where[i] = ps.params - k + i
+		}
+		confirm = func() (bool, error) {
+			return c.confirmPrepared(ps.stmt.Fence.Trap.Confirm, k, func(id uint32) []byte {
+				return executeOf(payload, id, where, types, raw)
+			})
+		}
+	}
+	return true, c.runTrapped(rt, ps, trapped, plain, confirm)
+}
+
+// confirmPrepared runs the trap's confirming read (text, with k
+// placeholders) of a prepared write whose WHERE has placeholders: the
+// proxy prepares it, executes it with the WHERE's values of the write's
+// execution (exec builds that execution for the read's id), and closes
+// it. found is whether it read a row; a server that refused to prepare it
+// answers found, and the trap stands.
+func (c *clientConn) confirmPrepared(text string, k int, exec func(id uint32) []byte) (found bool, err error) {
+	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_PREPARE}, []byte(text)); err != nil {
+		return false, err
+	}
+	if err := c.backend.Flush(); err != nil {
+		return false, err
+	}
+	h := &discardPrepare{c: c}
+	p, ok, err := c.walker().Prepare(h)
+	if err != nil || !ok {
+		return true, err
+	}
+	if int(p.Params) != k {
+		return true, c.closeServerStmt(p.StmtID, true)
+	}
+	if _, err := c.backend.WritePacket(0, exec(p.StmtID)); err != nil {
+		return false, err
+	}
+	if err := c.backend.Flush(); err != nil {
+		return false, err
+	}
+	n, res, err := c.walker().Count()
+	if err != nil {
+		return false, err
+	}
+	if err := c.closeServerStmt(p.StmtID, true); err != nil {
+		return false, err
+	}
+	if res.Err != nil {
+		return false, backendErr(res.Err)
+	}
+	return n > 0, nil
 }
 
 // plainExecute is the client's execution of S as the server must get it:
@@ -248,13 +300,25 @@ func (c *clientConn) plainExecute(ps *preparedStmt, payload []byte) []byte {
 // from p, the client's execution of n: its flags and iteration count, the
 // n values as sent, then copies of its last k, every type bound (types).
 func buildExecute(p []byte, id uint32, n, k int, types []uint16, raw [][]byte) []byte {
-	m := n + k
-	size := 10 + (m+7)/8 + 1 + 2*m
+	src := make([]int, 0, n+k)
 	for i := 0; i < n; i++ {
-		size += len(raw[i])
+		src = append(src, i)
 	}
 	for i := n - k; i < n; i++ {
-		size += len(raw[i])
+		src = append(src, i)
+	}
+	return executeOf(p, id, src, types, raw)
+}
+
+// executeOf is a COM_STMT_EXECUTE of statement id from p, the client's
+// execution: its flags and iteration count, and for each parameter the
+// value of p's parameter src[i] (its NULL bit, its type from types, its
+// bytes from raw), every type bound.
+func executeOf(p []byte, id uint32, src []int, types []uint16, raw [][]byte) []byte {
+	m := len(src)
+	size := 10 + (m+7)/8 + 1 + 2*m
+	for _, j := range src {
+		size += len(raw[j])
 	}
 	out := make([]byte, 0, size)
 	out = append(out, p[0])
@@ -263,26 +327,19 @@ func buildExecute(p []byte, id uint32, n, k int, types []uint16, raw [][]byte) [
 	if m == 0 {
 		return out
 	}
-	src := func(i int) int {
-		if i < n {
-			return i
-		}
-		return n - k + (i - n)
-	}
 	bitmap := make([]byte, (m+7)/8)
-	for i := 0; i < m; i++ {
-		j := src(i)
+	for i, j := range src {
 		if p[10+j/8]&(1<<(j%8)) != 0 {
 			bitmap[i/8] |= 1 << (i % 8)
 		}
 	}
 	out = append(out, bitmap...)
 	out = append(out, 1)
-	for i := 0; i < m; i++ {
-		out = binary.LittleEndian.AppendUint16(out, types[src(i)])
+	for _, j := range src {
+		out = binary.LittleEndian.AppendUint16(out, types[j])
 	}
-	for i := 0; i < m; i++ {
-		out = append(out, raw[src(i)]...)
+	for _, j := range src {
+		out = append(out, raw[j]...)
 	}
 	return out
 }
@@ -290,7 +347,7 @@ func buildExecute(p []byte, id uint32, n, k int, types []uint16, raw [][]byte) [
 // runTrapped sends first (T's execution, or S's when T's could not be
 // built) and relays its answer. again, S's execution, is what zero_rows
 // sends when T's trap fired.
-func (c *clientConn) runTrapped(rt *runtime, ps *preparedStmt, first, again []byte) error {
+func (c *clientConn) runTrapped(rt *runtime, ps *preparedStmt, first, again []byte, confirm func() (bool, error)) error {
 	sendPacket := func(p []byte) func() error {
 		return func() error {
 			next, err := c.backend.WritePacket(0, p)
@@ -306,7 +363,7 @@ func (c *clientConn) runTrapped(rt *runtime, ps *preparedStmt, first, again []by
 	}
 	t := fencing.NewTracker(&c.fence, rt.fenceRT(), []rewrite.Stmt{ps.stmt}, true)
 	if again != nil {
-		t.SetResend(sendPacket(again)).SetRetrap(sendPacket(first))
+		t.SetResend(sendPacket(again)).SetRetrap(sendPacket(first)).SetConfirm(confirm)
 	}
 	if f := c.fence.GuardOf(&ps.stmt); f != nil && rt.policy.Mode != policy.ModeShadow {
 		return c.fence.GuardedWith(rt.fenceRT(), f, t, sendPacket(first), func() error { return nil })

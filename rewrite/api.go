@@ -272,11 +272,12 @@ type Trap struct {
 	// whose WHERE copy holds Params placeholders after the client's.
 	Prepared bool
 	Params   int
-	// Confirm, when the WHERE copy has no placeholder, is a locking read
-	// of a row the trap would fire on now: the proxy runs it after the
-	// trap fired, and sends the write again when it finds none (the row
-	// that fired was being changed by another transaction; see
-	// proxy/fencing's confirmTrap).
+	// Confirm is a locking read of a row the trap would fire on now: the
+	// proxy runs it after the trap fired, and sends the write again when
+	// it finds none (the row that fired was being changed by another
+	// transaction; see proxy/fencing's confirmTrap). It holds the WHERE
+	// copy's Params placeholders: with any, the proxy prepares it and
+	// binds the execution's values.
 	Confirm string
 }
 

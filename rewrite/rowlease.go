@@ -880,12 +880,8 @@ func (in *stmtIn) rowLeaseTrap(where ast.ExprNode, ordered, limited bool, tpl *p
 	if err != nil || !ok || sel.Where == nil || !sameRestore(where, sel.Where) {
 		return nil, "its WHERE does not read the same on its own"
 	}
-	tr := &Trap{Cond: "(" + plain + " OR ((" + copyText + ") AND " + trap + "))", Plain: plain, Prepared: in.pc.prepare,
-		Params: params}
-	if params == 0 {
-		tr.Confirm = trapConfirm(ref, copyText, plain)
-	}
-	return tr, ""
+	return &Trap{Cond: "(" + plain + " OR ((" + copyText + ") AND " + trap + "))", Plain: plain, Prepared: in.pc.prepare,
+		Params: params, Confirm: trapConfirm(ref, copyText, plain)}, ""
 }
 
 // trapConfirm is Trap.Confirm: a locking read of one row of table ref

@@ -40,6 +40,16 @@ type Tracker struct {
 	// not confirmed again.
 	retrap    func() error
 	confirmed bool
+	// confirm runs the trap's confirming read where the text cannot
+	// (SetConfirm): found is whether it read a row.
+	confirm func() (found bool, err error)
+}
+
+// SetConfirm gives t how to run its trap's confirming read where the
+// text cannot: prepared, with the execution's values bound.
+func (t *Tracker) SetConfirm(run func() (bool, error)) *Tracker {
+	t.confirm = run
+	return t
 }
 
 // SetRetrap gives t how to send its trapped write again where the text
@@ -363,7 +373,17 @@ func (t *Tracker) confirmTrap(f *rewrite.Fence, pc *pendingCheck) (again bool, e
 	} else {
 		return false, nil
 	}
-	rows, err := t.confirmRead(f.Trap.Confirm)
+	run := t.confirm
+	if run == nil {
+		if f.Trap.Params > 0 {
+			return false, nil
+		}
+		run = func() (bool, error) {
+			rows, err := fg.own.Query(f.Trap.Confirm)
+			return len(rows) > 0, err
+		}
+	}
+	found, err := t.confirmRead(run)
 	if be, ok := err.(*wire.ServerError); ok && be.Code == erConflict {
 		if err := fg.auditConflict(t.rt, f, verdict{}, be.Code); err != nil {
 			return true, err
@@ -377,7 +397,7 @@ func (t *Tracker) confirmTrap(f *rewrite.Fence, pc *pendingCheck) (again bool, e
 		}
 		return true, err
 	}
-	if len(rows) > 0 {
+	if found {
 		return false, nil
 	}
 	t2.confirmed = true
@@ -428,27 +448,27 @@ func (t *Tracker) sendAgain(f *rewrite.Fence, t2 *Tracker, send func() error) er
 // transaction it runs in a pessimistic one of the proxy's, rolled back
 // after it: an autocommit SELECT ... FOR UPDATE there did not wait for
 // the other transaction's lock (measured: the trap stood).
-func (t *Tracker) confirmRead(sql string) ([][]wire.Value, error) {
+func (t *Tracker) confirmRead(run func() (bool, error)) (bool, error) {
 	fg := t.fg
 	if fg.s.Server().Flavor != rewrite.TiDB {
-		return fg.own.Query(sql)
+		return run()
 	}
 	if err := fg.own.LearnStatus(); err != nil {
-		return nil, err
+		return false, err
 	}
 	if fg.s.ServerStatus()&mysql.SERVER_STATUS_AUTOCOMMIT == 0 || fg.s.InTransaction() {
-		return fg.own.Query(sql)
+		return run()
 	}
 	if _, err := fg.own.Exec("BEGIN PESSIMISTIC"); err != nil {
-		return nil, err
+		return false, err
 	}
-	rows, err := fg.own.Query(sql)
+	found, err := run()
 	if _, rerr := fg.own.Exec("ROLLBACK"); rerr != nil {
 		if _, ok := rerr.(*wire.ServerError); !ok || err == nil {
-			return nil, rerr
+			return false, rerr
 		}
 	}
-	return rows, err
+	return found, err
 }
 
 // finishTrapped answers a write whose row-lease trap fired: a row its

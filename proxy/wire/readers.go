@@ -123,6 +123,29 @@ func (o *queryReader) SetDone(uint16) {
 	o.cur = nil
 }
 
+// Count reads the response to a statement of the proxy's own, in the
+// text or the binary protocol, and counts the rows of its result sets
+// without reading them; the Result has its first ERR.
+func (w Walker) Count() (int, Result, error) {
+	r := countReader{queryReader: queryReader{conn: w.Conn}}
+	err := w.Response(&r)
+	return r.n, r.res, err
+}
+
+// countReader is a queryReader that counts rows and skips them.
+type countReader struct {
+	queryReader
+	n int
+}
+
+func (c *countReader) Row() error {
+	if _, err := c.conn.SkipPacket(); err != nil {
+		return err
+	}
+	c.n++
+	return nil
+}
+
 // execReader is a queryReader that refuses rows and further results.
 type execReader struct {
 	queryReader
