@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -66,6 +67,34 @@ func startProxy(t testing.TB, backendAddr, extraYAML string, backendYAML ...stri
 // reload gives the running proxy a new configuration, as SIGHUP does.
 func (tp *testProxy) reload(t testing.TB, extraYAML string) {
 	t.Helper()
+	tp.reloadWith(t, extraYAML, nil)
+}
+
+// reloadChecked reloads as serve does on SIGHUP: the new config's tables
+// are checked against the backend (proxy.CheckSchema, which reads the
+// template columns' types) before it is installed.
+func (tp *testProxy) reloadChecked(t testing.TB, extraYAML string) {
+	t.Helper()
+	tp.reloadWith(t, extraYAML, func(cfg *policy.Config) {
+		db, err := proxy.OpenAdminDB(cfg.Backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rep, err := proxy.CheckSchema(ctx, db, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Errors) > 0 {
+			t.Fatalf("schema check: %v", errors.Join(rep.Errors...))
+		}
+	})
+}
+
+func (tp *testProxy) reloadWith(t testing.TB, extraYAML string, check func(*policy.Config)) {
+	t.Helper()
 	yml := "listen: 127.0.0.1:0\nadmin: \"\"\nbackend:\n  address: " + tp.backendAddr + "\n"
 	for _, b := range tp.backendYAML {
 		yml += "  " + b + "\n"
@@ -74,6 +103,9 @@ func (tp *testProxy) reload(t testing.TB, extraYAML string) {
 	cfg, err := policy.Parse("test.yaml", []byte(yml))
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, yml)
+	}
+	if check != nil {
+		check(cfg)
 	}
 	tp.Policy = cfg.Policy(tp.Policy.Version + 1)
 	tp.Config = cfg

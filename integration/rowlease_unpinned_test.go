@@ -426,3 +426,50 @@ func TestRowLeaseInexactPins(t *testing.T) {
 		}
 	})
 }
+
+// TestRowLeasePinAfterCollationChange: a statement prepared while its
+// WHERE pinned the template column exactly (utf8mb4_bin) is not run with
+// that pin after an ALTER makes the column _ci and a reload reads it: the
+// pin would meet 'ACME', another lease. The execution is refused (prepare
+// it again), and prepared again it carries the trap.
+func TestRowLeasePinAfterCollationChange(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		if !withAccount(t) {
+			t.Skip("the account deployment runs it")
+		}
+		e := newFencedEnv(t, envOptions{engine: eng, account: true, onStale: "error", tables: []string{"pin_rows"},
+			leases: map[string]string{"pin_rows": "invoice:{customer_id}"}})
+		mustExec(t, e.root, "CREATE TABLE pin_rows (id INT PRIMARY KEY, customer_id VARCHAR(20) COLLATE utf8mb4_bin NOT NULL, "+
+			"amount INT NOT NULL) ENGINE=InnoDB")
+		mustExec(t, e.root, "INSERT INTO pin_rows VALUES (1, 'acme', 10), (2, 'ACME', 20)")
+		yml := "fencing:\n  on_stale: error\naudit:\n  file: " + e.audits + "\ntables:\n  - name: " + e.db +
+			".pin_rows\n    lease: \"invoice:{customer_id}\"\n"
+		e.proxy.reloadChecked(t, yml)
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		c := e.session(t)
+		setFence(t, c, acme)
+		ctx := context.Background()
+		const q = "UPDATE pin_rows SET amount = ? WHERE customer_id = ?"
+		st, err := c.PrepareContext(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if r, err := st.ExecContext(ctx, 11, "acme"); err != nil || rowsAffected(r) != 1 {
+			t.Fatalf("pinned under utf8mb4_bin: %v", err)
+		}
+		mustExec(t, e.root, "ALTER TABLE pin_rows MODIFY customer_id VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL")
+		e.proxy.reloadChecked(t, yml)
+		var me *mysql.MySQLError
+		if _, err := st.ExecContext(ctx, 12, "acme"); !errors.As(err, &me) || me.Number != 1148 || !strings.Contains(me.Message, "prepare it again") {
+			t.Fatalf("the statement prepared before the ALTER: %v, want ERR 1148 saying to prepare it again", err)
+		}
+		if _, err := execAffected(c, q, 13, "acme"); !errors.As(err, &me) || me.Number != 1644 {
+			t.Fatalf("prepared again: %v, want ERR 1644 (the trap meets 'ACME')", err)
+		}
+		e.sync(t)
+		if got := queryString(t, e.root, "SELECT GROUP_CONCAT(id, ':', customer_id, ':', amount ORDER BY id) FROM pin_rows"); got != "1:acme:11,2:ACME:20" {
+			t.Fatalf("rows %s, want 1:acme:11,2:ACME:20", got)
+		}
+	})
+}

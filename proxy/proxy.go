@@ -244,7 +244,17 @@ func fencingFingerprint(pol *policy.Policy) string {
 	fmt.Fprintf(&b, "%s|%s|%s|%s|%s|", pol.LeaseTable, pol.Vars.Lease, pol.Vars.Owner, pol.Vars.Token, pol.Mode)
 	names := make([]string, 0, len(pol.Tables))
 	for _, t := range pol.Tables {
-		names = append(names, strings.ToLower(t.Schema+"."+t.Table)+"="+t.Lease)
+		name := strings.ToLower(t.Schema+"."+t.Table) + "=" + t.Lease
+		if t.Template != nil {
+			// What the start-up or reload check read of the table (column
+			// types and collations, keys, engine) decides how a write is
+			// fenced per row: a pin that was exact may not be after an
+			// ALTER.
+			if sch := t.Template.Schema(); sch != nil {
+				name += fmt.Sprintf("%+v", *sch)
+			}
+		}
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	b.WriteString(strings.Join(names, ","))

@@ -401,11 +401,17 @@ func (c *clientConn) redecide(rt *runtime, ps *preparedStmt) *rewrite.Refusal {
 			"and changes how its write is fenced; prepare it again"}
 	}
 	ps.gen = rt.gen
-	if !ps.fenced {
+	switch {
+	case !ps.fenced:
 		ps.stmt = rewrite.Stmt{}
 		if len(d.Stmts) == 1 {
 			ps.stmt = d.Stmts[0]
 		}
+	case len(d.Stmts) == 1:
+		// The same fence on the same text: the new decision's, which
+		// reads the table as the last check did (a template column's
+		// type).
+		ps.stmt = d.Stmts[0]
 	}
 	return nil
 }
@@ -427,13 +433,16 @@ func sameFence(a, b *rewrite.Fence) bool {
 		return a == b
 	}
 	if a.Guard != b.Guard || a.Rows != b.Rows || (a.Presented == nil) != (b.Presented == nil) ||
-		a.Presented != nil && *a.Presented != *b.Presented || len(a.Targets) != len(b.Targets) {
+		a.Presented != nil && *a.Presented != *b.Presented || len(a.Targets) != len(b.Targets) ||
+		(a.Trap == nil) != (b.Trap == nil) || a.Trap != nil && (a.Trap.Cond != b.Trap.Cond || a.Trap.Confirm != b.Trap.Confirm) {
+		// A reload that changes a template column's collation makes a
+		// pinned WHERE unpinned: the write then needs the trap.
 		return false
 	}
 	for i := range a.Targets {
 		x, y := a.Targets[i], b.Targets[i]
 		if !strings.EqualFold(x.Schema, y.Schema) || !strings.EqualFold(x.Table, y.Table) || x.Lease != y.Lease ||
-			x.RowLease != y.RowLease || (x.Template == nil) != (y.Template == nil) ||
+			x.RowLease != y.RowLease || (x.RowParams == nil) != (y.RowParams == nil) || (x.Template == nil) != (y.Template == nil) ||
 			x.Template != nil && x.Template.Text != y.Template.Text {
 			return false
 		}
