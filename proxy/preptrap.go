@@ -81,7 +81,12 @@ func (c *clientConn) prepareTrap(rt *runtime, ps *preparedStmt, sent []byte) err
 		return nil
 	}
 	text := f.Trap.Trapped(sent)
-	if text == nil || len(text) >= wire.MaxPayload {
+	if text == nil {
+		ps.trapLost = "its text repeats fenceproxy's per-row condition (in a comment or a literal), and fenceproxy cannot " +
+			"tell which copy to put its check of each row in"
+		return nil
+	}
+	if len(text) >= wire.MaxPayload {
 		ps.trapLost = "its check of each row would be longer than a packet"
 		return nil
 	}

@@ -282,11 +282,20 @@ type Trap struct {
 }
 
 // Trapped returns text, a statement to prepare sent with t's plain
-// condition (Prepared), with the trapped one in its place: the last
+// condition (Prepared), with the trapped one in its place: the one
 // occurrence of Plain, spliced after the statement's last token as in
-// Untrapped. Nil when text does not hold it.
+// Untrapped. Nil when text does not hold it exactly once: the client's
+// text may repeat the plain condition byte for byte (in a trailing
+// comment, a string literal), and the trap spliced into that copy would
+// leave the statement the proxy executes in the client's place with the
+// plain condition alone, which skips other leases' rows with no record
+// (measured: TestRowLeaseTrapSpliceAttacks). Without a trapped variant the
+// proxy refuses the statement's executions.
 func (t *Trap) Trapped(text []byte) []byte {
-	i := bytes.LastIndex(text, []byte(t.Plain))
+	if bytes.Count(text, []byte(t.Plain)) != 1 {
+		return nil
+	}
+	i := bytes.Index(text, []byte(t.Plain))
 	if i < 0 {
 		return nil
 	}
