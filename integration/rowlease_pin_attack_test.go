@@ -29,6 +29,24 @@ const (
 	bigOther = "9007199254740992" // 2^53: another lease's customer
 )
 
+// regionRowsTable: a template whose first column is a VARCHAR under a
+// binary collation: utf8mb4_bin ignores trailing spaces in comparisons,
+// but in the middle of a lease name a space counts ('r:eu :acme' is not
+// 'r:eu:acme'), so region = 'eu' meets the rows of two leases.
+const regionRowsTable = "CREATE TABLE region_rows (id INT NOT NULL, region VARCHAR(8) COLLATE utf8mb4_bin NOT NULL, " +
+	"customer_id VARCHAR(20) COLLATE utf8mb4_bin NOT NULL, amount INT NOT NULL, PRIMARY KEY (id))"
+
+// tailRowsTable: a template with text after its one column.
+const tailRowsTable = "CREATE TABLE tail_rows (id INT NOT NULL, customer_id VARCHAR(20) COLLATE utf8mb4_bin NOT NULL, " +
+	"amount INT NOT NULL, PRIMARY KEY (id))"
+
+var pinLeaseExprs = map[string]string{
+	"invoice_rows": "CONCAT('invoice:', customer_id)",
+	"big_rows":     "CONCAT('big:', cid)",
+	"region_rows":  "CONCAT('r:', region, ':', customer_id)",
+	"tail_rows":    "CONCAT(customer_id, ':inv')",
+}
+
 type pinAttack struct {
 	name   string
 	table  string // big_rows or invoice_rows
@@ -74,19 +92,36 @@ var pinAttacks = []pinAttack{
 		set: "amount = amount + 1", where: "customer_id = 'acme   ' OR id = 4"},
 	{name: "pin by a placeholder bound with trailing spaces", table: "invoice_rows", held: "invoice:acme",
 		set: "amount = amount + 1", where: "customer_id = ? AND id >= ?", args: []any{"acme  ", 0}},
+	// A template column before the template's end: the pin meets the
+	// row whose value has trailing spaces, of another lease.
+	{name: "middle column pinned, meets its value with a trailing space", table: "region_rows", held: "r:eu:acme",
+		set: "amount = amount + 1", where: "region = 'eu' AND customer_id = 'acme'"},
+	{name: "middle column pinned with a trailing space", table: "region_rows", held: "r:eu :acme",
+		set: "amount = amount + 1", where: "region = 'eu ' AND customer_id = 'acme'"},
+	{name: "middle column pinned, delete", table: "region_rows", held: "r:eu:acme",
+		where: "region = 'eu' AND customer_id = 'acme'"},
+	{name: "middle column pinned by placeholders", table: "region_rows", held: "r:eu:acme",
+		set: "amount = amount + 1", where: "region = ? AND customer_id = ?", args: []any{"eu", "acme"}},
+	{name: "column before a literal tail pinned", table: "tail_rows", held: "acme:inv",
+		set: "amount = amount + 1", where: "customer_id = 'acme'"},
+	{name: "column before a literal tail pinned by a placeholder", table: "tail_rows", held: "acme:inv",
+		where: "customer_id = ?", args: []any{"acme"}},
 }
 
 // TestRowLeasePinAttacks runs each pin attack on fresh rows.
 func TestRowLeasePinAttacks(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, eng string) {
 		e := newFencedEnv(t, envOptions{engine: eng, account: true, onStale: "zero_rows",
-			tables: []string{"invoice_rows", "big_rows"},
-			leases: map[string]string{"invoice_rows": "invoice:{customer_id}", "big_rows": "big:{cid}"}})
+			tables: []string{"invoice_rows", "big_rows", "region_rows", "tail_rows"},
+			leases: map[string]string{"invoice_rows": "invoice:{customer_id}", "big_rows": "big:{cid}",
+				"region_rows": "r:{region}:{customer_id}", "tail_rows": "{customer_id}:inv"}})
 		mustExec(t, e.root, rowLeaseTable)
 		mustExec(t, e.root, bigRowsTable)
+		mustExec(t, e.root, regionRowsTable)
+		mustExec(t, e.root, tailRowsTable)
 		checkTemplates(t, e)
 		leases := map[string]string{}
-		for _, held := range []string{"invoice:acme", "big:" + bigHeld} {
+		for _, held := range []string{"invoice:acme", "big:" + bigHeld, "r:eu:acme", "r:eu :acme", "acme:inv"} {
 			l := e.acquire(t, held, time.Minute)
 			leases[held] = l.Name + "\x00" + l.Owner + "\x00" + strconv.FormatUint(l.Token, 10)
 		}
@@ -97,10 +132,11 @@ func TestRowLeasePinAttacks(t *testing.T) {
 				mustExec(t, e.root, "INSERT INTO invoice_rows (id, customer_id, amount) VALUES (1, 'acme', 10), (2, 'acme', 20), (3, 'beta', 30), (4, 'beta', 40)")
 				mustExec(t, e.root, "DELETE FROM big_rows")
 				mustExec(t, e.root, "INSERT INTO big_rows (id, cid, amount) VALUES (1, "+bigHeld+", 10), (2, "+bigOther+", 20)")
-				leaseExpr := "CONCAT('invoice:', customer_id)"
-				if a.table == "big_rows" {
-					leaseExpr = "CONCAT('big:', cid)"
-				}
+				mustExec(t, e.root, "DELETE FROM region_rows")
+				mustExec(t, e.root, "INSERT INTO region_rows (id, region, customer_id, amount) VALUES (1, 'eu', 'acme', 10), (2, 'eu ', 'acme', 20)")
+				mustExec(t, e.root, "DELETE FROM tail_rows")
+				mustExec(t, e.root, "INSERT INTO tail_rows (id, customer_id, amount) VALUES (1, 'acme', 10), (2, 'acme ', 20)")
+				leaseExpr := pinLeaseExprs[a.table]
 				others := func() string {
 					e.sync(t)
 					return queryString(t, e.root, "SELECT COALESCE(GROUP_CONCAT(CONCAT(id, ':', amount) ORDER BY id), '') FROM "+a.table+
@@ -139,6 +175,50 @@ func TestRowLeasePinAttacks(t *testing.T) {
 				default:
 					t.Logf("%s: %d rows, matched %s of other leases, recorded %v", q, n, matched, recorded)
 				}
+			})
+		}
+	})
+}
+
+// keyRowsTable: a unique key over the template's columns, all under a
+// binary collation (KeysCovered: REPLACE and ON DUPLICATE KEY UPDATE are
+// fenced by the inserted row's lease). utf8mb4_bin ignores trailing spaces
+// in the key too: ('eu', 'acme') repeats the key of ('eu ', 'acme'),
+// whose lease is 'r:eu :acme'.
+const keyRowsTable = "CREATE TABLE key_rows (region VARCHAR(8) COLLATE utf8mb4_bin NOT NULL, " +
+	"customer_id VARCHAR(20) COLLATE utf8mb4_bin NOT NULL, amount INT NOT NULL, PRIMARY KEY (region, customer_id))"
+
+// TestRowLeaseTrailingSpaceKeyAttacks: a worker holding r:eu:acme
+// inserts the row ('eu', 'acme'), whose key meets the row ('eu ',
+// 'acme') of lease 'r:eu :acme'. That row must not change.
+func TestRowLeaseTrailingSpaceKeyAttacks(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := newFencedEnv(t, envOptions{engine: eng, account: true, onStale: "zero_rows",
+			tables: []string{"key_rows"}, leases: map[string]string{"key_rows": "r:{region}:{customer_id}"}})
+		mustExec(t, e.root, keyRowsTable)
+		checkTemplates(t, e)
+		held := e.acquire(t, "r:eu:acme", time.Minute)
+		for _, a := range []struct{ name, q string }{
+			{"on duplicate key update", "INSERT INTO key_rows (region, customer_id, amount) VALUES ('eu', 'acme', 0) ON DUPLICATE KEY UPDATE amount = amount + 1"},
+			{"replace", "REPLACE INTO key_rows (region, customer_id, amount) VALUES ('eu', 'acme', 0)"},
+			{"insert ignore", "INSERT IGNORE INTO key_rows (region, customer_id, amount) VALUES ('eu', 'acme', 0)"},
+		} {
+			t.Run(a.name, func(t *testing.T) {
+				mustExec(t, e.root, "DELETE FROM key_rows")
+				mustExec(t, e.root, "INSERT INTO key_rows (region, customer_id, amount) VALUES ('eu ', 'acme', 20)")
+				other := func() string {
+					e.sync(t)
+					return queryString(t, e.root, "SELECT COALESCE(GROUP_CONCAT(CONCAT('[', region, ']', customer_id, ':', amount)), '') FROM key_rows "+
+						"WHERE CAST(CONCAT('r:', region, ':', customer_id) AS BINARY) <> CAST('r:eu:acme' AS BINARY)")
+				}
+				before := other()
+				c := e.session(t)
+				setFence(t, c, held)
+				n, err := execAffected(c, a.q)
+				if got := other(); got != before {
+					t.Fatalf("%s (%d rows, %v): the row of lease 'r:eu :acme' changed: %q, was %q", a.q, n, err, got, before)
+				}
+				t.Logf("%s: %d rows, %v", a.q, n, err)
 			})
 		}
 	})
