@@ -149,8 +149,15 @@ func TestRowLeasePinAttacks(t *testing.T) {
 				}
 				// What the server's WHERE matches of other leases, read directly
 				// with the same statement form (prepared when the attack is).
-				matchedIDs := queryString(t, e.root, "SELECT COALESCE(GROUP_CONCAT(id ORDER BY id), '') FROM "+a.table+" WHERE ("+a.where+") AND HEX("+leaseExpr+
-					") <> '"+hexOf(a.held)+"'", a.args...)
+				// In two steps: TiDB puts a bound value in place of the
+				// column it is compared with, in the lease expression too
+				// (measured: customer_id = ? bound 'acme  ' read row 1's
+				// lease as 'invoice:acme  ').
+				matchedIDs := queryString(t, e.root, "SELECT COALESCE(GROUP_CONCAT(id ORDER BY id), '') FROM "+a.table+" WHERE ("+a.where+")", a.args...)
+				if matchedIDs != "" {
+					matchedIDs = queryString(t, e.root, "SELECT COALESCE(GROUP_CONCAT(id ORDER BY id), '') FROM "+a.table+" WHERE id IN ("+matchedIDs+
+						") AND HEX("+leaseExpr+") <> '"+hexOf(a.held)+"'")
+				}
 				matched := "0"
 				if matchedIDs != "" {
 					matched = strconv.Itoa(len(strings.Split(matchedIDs, ","))) + " (ids " + matchedIDs + ")"
