@@ -104,3 +104,39 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestRowLeaseTrapUntrapSpliceAttack: the text-protocol counterpart.
+// Under zero_rows a fired trap sends the write again with the plain
+// condition in place of the LAST occurrence of the trapped one
+// (Trap.Untrapped); a trailing comment repeating the trapped condition
+// takes that place instead, so the write goes again still trapped: it
+// must fire again and be answered as a rejection, never skip beta's rows
+// silently.
+func TestRowLeaseTrapUntrapSpliceAttack(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, eng string) {
+		e := rowLeaseEnv(t, eng, "zero_rows")
+		acme := e.acquire(t, "invoice:acme", time.Minute)
+		trapped := "(" + plainInvoiceCond + " OR ((id >= 1) AND EXP(72101729 + COALESCE(0 * CHAR_LENGTH(`customer_id`), 0)) < 0))"
+		for _, q := range []string{
+			"UPDATE invoice_rows SET amount = amount + 1 WHERE id >= 1 /* " + trapped + " */",
+			"UPDATE invoice_rows SET amount = amount + 1 WHERE id >= 1 -- " + trapped,
+			"UPDATE invoice_rows SET amount = amount + 1 WHERE id >= 1 /* " + plainInvoiceCond + " */",
+		} {
+			reseed(t, e)
+			mismatches := countReason(e.auditRecords(t), audit.RowLeaseMismatch)
+			c := e.session(t)
+			setFence(t, c, acme)
+			n, err := execAffected(c, q)
+			got := e.invoiceRows(t)
+			if !contains(got, "3:beta:30") || !contains(got, "4:beta:40") {
+				t.Fatalf("%s: ROWS OF ANOTHER LEASE CHANGED: %s", q, got)
+			}
+			var me *mysql.MySQLError
+			recorded := countReason(e.auditRecords(t), audit.RowLeaseMismatch) > mismatches
+			if !recorded && !(errors.As(err, &me) && me.Number == 1148) {
+				t.Fatalf("%s: met beta's rows, %d rows, %v, and no row_lease_mismatch record", q, n, err)
+			}
+			t.Logf("%s: %d rows, %v, recorded %v", q, n, err, recorded)
+		}
+	})
+}
