@@ -226,7 +226,12 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 		}
 		confirm = func() (bool, error) {
 			return c.confirmPrepared(ps.stmt.Fence.Trap.Confirm, k, func(id uint32) []byte {
-				return executeOf(payload, id, where, types, raw)
+				x := executeOf(payload, id, where, types, raw)
+				// No cursor: the client's flags may ask for one
+				// (CURSOR_TYPE_READ_ONLY), and a SELECT executed so
+				// answers without its rows.
+				x[5] = 0
+				return x
 			})
 		}
 	}
