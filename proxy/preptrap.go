@@ -90,20 +90,13 @@ func (c *clientConn) prepareTrap(rt *runtime, ps *preparedStmt, sent []byte) err
 		ps.trapLost = "its check of each row would be longer than a packet"
 		return nil
 	}
-	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_PREPARE}, text); err != nil {
-		return err
-	}
-	if err := c.backend.Flush(); err != nil {
-		return err
-	}
-	h := &discardPrepare{c: c}
-	p, ok, err := c.walker().Prepare(h)
+	p, ok, errCode, err := c.prepareOwn(text)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		ps.trapLost = fmt.Sprintf("the server refused to prepare fenceproxy's check of each row beside it (ERR %d; "+
-			"at max_prepared_stmt_count, close statements or raise it), then prepare it again", h.errCode)
+			"at max_prepared_stmt_count, close statements or raise it), then prepare it again", errCode)
 		return nil
 	}
 	if int(p.Params) != ps.params+f.Trap.Params {
@@ -118,14 +111,28 @@ func (c *clientConn) prepareTrap(rt *runtime, ps *preparedStmt, sent []byte) err
 // trapRefusal refuses an execution of ps, an UPDATE or DELETE whose WHERE
 // pins no lease, that cannot run with its trap (why).
 func trapRefusal(ps *preparedStmt, why string) *rewrite.Refusal {
-	table := ""
+	r := &rewrite.Refusal{}
+	var tpl *policy.Template
 	if f := ps.stmt.Fence; f != nil && len(f.Targets) > 0 {
-		table = f.Targets[0].Schema + "." + f.Targets[0].Table
+		r.Table, tpl = f.Targets[0].Schema+"."+f.Targets[0].Table, f.Targets[0].Template
 	}
-	return &rewrite.Refusal{Table: table, Reason: "this table's lease is a template over its columns, so each row is fenced " +
-		"under its own lease; this statement does not name the lease of the rows it changes in its WHERE, and fenceproxy " +
-		"cannot check each row this execution meets because " + why + ", so rows of other leases would be skipped " +
-		"without a record; pin the lease in the WHERE (every column of the template = a literal or a placeholder)"}
+	r.Reason = rewrite.UnpinnedRefusal(tpl, "statement", why)
+	return r
+}
+
+// prepareOwn prepares text, a statement of the proxy's own, and reads the
+// answer, which the client never sees: the statement (ok), or the code of
+// the server's ERR.
+func (c *clientConn) prepareOwn(text []byte) (p wire.Prepared, ok bool, errCode uint16, err error) {
+	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_PREPARE}, text); err != nil {
+		return p, false, 0, err
+	}
+	if err := c.backend.Flush(); err != nil {
+		return p, false, 0, err
+	}
+	h := &discardPrepare{c: c}
+	p, ok, err = c.walker().Prepare(h)
+	return p, ok, h.errCode, err
 }
 
 // closeServerStmt sends COM_STMT_CLOSE of a statement the proxy prepared,
@@ -220,10 +227,7 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 	ps.types = types
 	var confirm func() (bool, error)
 	if k := ps.trap.params; k > 0 && ps.stmt.Fence.Trap.Confirm != "" {
-		where := make([]int, k) // the WHERE's values: the execution's last k
-		for i := range where {
-			where[i] = ps.params - k + i
-		}
+		where := lastParams(ps.params, k) // the WHERE's values
 		confirm = func() (bool, error) {
 			return c.confirmPrepared(ps.stmt.Fence.Trap.Confirm, k, func(id uint32) []byte {
 				x := executeOf(payload, id, where, types, raw)
@@ -245,14 +249,7 @@ func (c *clientConn) executeTrapped(rt *runtime, ps *preparedStmt, trap bool) (h
 // it. found is whether it read a row; a server that refused to prepare it
 // answers found, and the trap stands.
 func (c *clientConn) confirmPrepared(text string, k int, exec func(id uint32) []byte) (found bool, err error) {
-	if _, err := c.backend.WriteCommand(0, []byte{mysql.COM_STMT_PREPARE}, []byte(text)); err != nil {
-		return false, err
-	}
-	if err := c.backend.Flush(); err != nil {
-		return false, err
-	}
-	h := &discardPrepare{c: c}
-	p, ok, err := c.walker().Prepare(h)
+	p, ok, _, err := c.prepareOwn([]byte(text))
 	if err != nil || !ok {
 		return true, err
 	}
@@ -314,10 +311,17 @@ func buildExecute(p []byte, id uint32, n, k int, types []uint16, raw [][]byte) [
 	for i := 0; i < n; i++ {
 		src = append(src, i)
 	}
-	for i := n - k; i < n; i++ {
-		src = append(src, i)
+	return executeOf(p, id, append(src, lastParams(n, k)...), types, raw)
+}
+
+// lastParams are the indices of the last k of n parameters: the WHERE's,
+// which the trapped variant repeats.
+func lastParams(n, k int) []int {
+	idx := make([]int, k)
+	for i := range idx {
+		idx[i] = n - k + i
 	}
-	return executeOf(p, id, src, types, raw)
+	return idx
 }
 
 // executeOf is a COM_STMT_EXECUTE of statement id from p, the client's
