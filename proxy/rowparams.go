@@ -171,8 +171,7 @@ func pinsNull(rp *rewrite.RowParams, vals []rewrite.BoundValue) bool {
 // cannot compute.
 func (c *clientConn) rowParamsRefusal(ps *preparedStmt, ti int, why string) *rewrite.Refusal {
 	tg := ps.stmt.Fence.Targets[ti]
-	return &rewrite.Refusal{Table: tg.Schema + "." + tg.Table, Reason: "this table's lease is a template over its columns, " +
-		"so each row is fenced under its own lease; " + why}
+	return &rewrite.Refusal{Table: tg.Schema + "." + tg.Table, Reason: rewrite.RowLeaseNote + "; " + why}
 }
 
 // decodeExecute decodes the n bound values of a COM_STMT_EXECUTE payload

@@ -88,7 +88,7 @@ func (in *stmtIn) derivedTargets(ts []Target, r *tref, ops catalog.Op) ([]Target
 	}
 	for _, t := range f.For(ops) {
 		if e.templateOf(t.Schema, t.Table) != nil {
-			res := in.refuse(t.Schema+"."+t.Table, rowLeaseNote+"; this statement writes it through "+r.schema+"."+r.name+
+			res := in.refuse(t.Schema+"."+t.Table, RowLeaseNote+"; this statement writes it through "+r.schema+"."+r.name+
 				" (a view, trigger or cascading foreign key), where fenceproxy cannot check each row's lease; write the table itself")
 			return nil, &res
 		}

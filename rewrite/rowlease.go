@@ -33,7 +33,9 @@ import (
 //     compute are refused.
 
 // rowLeaseRefusal is the start of every refusal of this file.
-const rowLeaseNote = "this table's lease is a template over its columns, so each row is fenced under its own lease"
+// RowLeaseNote begins every refusal of a write to a table whose lease is a
+// template, the proxy's own included.
+const RowLeaseNote = "this table's lease is a template over its columns, so each row is fenced under its own lease"
 
 // fenceLeaseSQL names, in SQL, the lease the statement is fenced under:
 // its own fence comment's (a literal of lease_name's type), else the
@@ -149,7 +151,7 @@ func (in *stmtIn) rowLease(n ast.StmtNode, targets []Target, explain *ast.Explai
 	first := targets[tpls[0]]
 	name := first.Schema + "." + first.Table
 	refuse := func(why string) ([]string, *Trap, *stmtRes) {
-		r := in.refuse(name, rowLeaseNote+"; "+why)
+		r := in.refuse(name, RowLeaseNote+"; "+why)
 		return nil, nil, &r
 	}
 	if len(targets) > 1 {
@@ -232,7 +234,7 @@ func (in *stmtIn) updateDeleteCond(n ast.StmtNode, where ast.ExprNode, ordered, 
 		trap, why = in.rowLeaseTrap(where, ordered, limited, t.Template, cond, kw, trapTableRef(n, t))
 	}
 	if trap == nil {
-		r := in.refuse(t.Schema+"."+t.Table, unpinnedRefusal(t.Template, kw, why))
+		r := in.refuse(t.Schema+"."+t.Table, UnpinnedRefusal(t.Template, strings.ToUpper(kw), why))
 		return nil, nil, &r
 	}
 	if trap.Prepared {
@@ -807,16 +809,20 @@ const (
 	trapErrno  = 1690
 )
 
-// unpinnedRefusal is the reason an UPDATE or DELETE (kw) of a template
-// table whose WHERE pins no lease is refused: why it cannot carry the
-// trap, and how to pin the lease instead.
-func unpinnedRefusal(tpl *policy.Template, kw, why string) string {
-	cols := tpl.Columns()
+// UnpinnedRefusal is the reason a write of a template table whose WHERE
+// pins no lease (what: UPDATE, DELETE, or statement) is refused: why it
+// cannot carry the trap, and how to pin the lease instead. The proxy
+// gives it for an execution of a prepared one too.
+func UnpinnedRefusal(tpl *policy.Template, what, why string) string {
+	var cols []string
+	if tpl != nil {
+		cols = tpl.Columns()
+	}
 	pin := make([]string, len(cols))
 	for i, c := range cols {
 		pin[i] = c + " = ..."
 	}
-	return rowLeaseNote + "; this " + strings.ToUpper(kw) + " does not name the lease of the rows it changes in its WHERE, " +
+	return RowLeaseNote + "; this " + what + " does not name the lease of the rows it changes in its WHERE, " +
 		"and fenceproxy cannot check each row it meets because " + why + ", so rows of other leases would be skipped " +
 		"without a record; pin the lease in the WHERE (WHERE " + strings.Join(pin, " AND ") + " AND ..., with " +
 		"literals or placeholders naming the fence's lease)"
